@@ -1,0 +1,290 @@
+"""The embedded single-node Kafka broker (KRaft), run from Maven Central jars.
+
+``deploy/local/kafka/pom.xml`` names the broker and its log4j2 binding; Maven
+copies them into a cache directory and the machine's Java runs
+``kafka.tools.StorageTool format --standalone`` once, then ``kafka.Kafka``.
+Nothing of Kafka is vendored into the repository.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import BrokerError
+from pipeline.settings import LocalKafkaSettings
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    data_dir: Path
+
+
+class LocalKafka:
+    """Start, stop and inspect the one local broker this project owns."""
+
+    def __init__(self, settings: LocalKafkaSettings, log: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.log = log
+        self.data_dir = settings.data_dir.resolve()
+        self.storage = self.data_dir / "data"
+        self.logs = self.data_dir / "logs"
+        self.pid_file = self.data_dir / "broker.pid"
+        self.properties = self.data_dir / "server.properties"
+        self.log4j = self.data_dir / "log4j2.properties"
+        self.jars = settings.jars_dir.resolve()
+
+    def resolve_jars(self) -> Path:
+        """Copy the broker's jars from Maven Central into the cache (once)."""
+        marker = self.jars / ".resolved"
+        pom = self.settings.pom.resolve()
+        if marker.exists() and marker.read_text() == pom.read_text():
+            return self.jars
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise BrokerError(
+                "Maven (mvn) is not on PATH; it resolves the Kafka jars. Install Maven."
+            )
+        if shutil.which("java") is None:
+            raise BrokerError("Java is not on PATH; the local Kafka broker needs Java 17+.")
+        self.log(f"resolving Kafka jars from Maven Central into {self.jars} ...")
+        shutil.rmtree(self.jars, ignore_errors=True)
+        self.jars.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={self.jars}",
+            "-DincludeScope=runtime",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+            raise BrokerError(f"Maven could not resolve the Kafka jars from {pom}:\n{tail}")
+        marker.write_text(pom.read_text())
+        return self.jars
+
+    def _write_configs(self) -> None:
+        s = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.properties.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.bootstrap.servers={s.host}:{s.controller}",
+                    f"listeners=PLAINTEXT://{s.host}:{s.port},CONTROLLER://{s.host}:{s.controller}",
+                    f"advertised.listeners=PLAINTEXT://{s.host}:{s.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={self.storage}",
+                    "num.partitions=1",
+                    "auto.create.topics.enable=false",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "message.max.bytes=16777216",
+                    "",
+                ]
+            )
+        )
+        self.log4j.write_text(LOG4J2_PROPERTIES.format(log=self.logs / "server.log"))
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java",
+            f"-Xmx{self.settings.heap}",
+            f"-Xms{self.settings.heap}",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j}",
+            f"-Dkafka.logs.dir={self.logs}",
+            "-cp",
+            f"{self.jars}/*",
+            main,
+            *args,
+        ]
+
+    def _format_storage(self) -> None:
+        if (self.storage / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cmd = self._java(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.properties),
+            "--standalone",
+        )
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+            raise BrokerError(f"formatting Kafka storage in {self.storage} failed:\n{tail}")
+
+    def pid(self) -> int | None:
+        """The pid of the broker this data dir started, if it is still that process."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            return None
+        return pid if "kafka.Kafka" in cmdline and str(self.properties) in cmdline else None
+
+    def status(self) -> BrokerStatus:
+        pid = self.pid()
+        return BrokerStatus(pid is not None, pid, self.settings.bootstrap, self.data_dir)
+
+    def start(self) -> BrokerStatus:
+        """Start the broker unless it runs already; return once it answers metadata."""
+        if self.pid() is not None:
+            self.log(f"Kafka already running at {self.settings.bootstrap} (pid {self.pid()})")
+            return self.status()
+        for port in (self.settings.port, self.settings.controller):
+            if _port_in_use(self.settings.host, port):
+                raise BrokerError(
+                    f"port {self.settings.host}:{port} is already in use by another process; "
+                    "stop it or choose other ports with TURNSTREAM_KAFKA_PORT / "
+                    "TURNSTREAM_KAFKA_CONTROLLER_PORT"
+                )
+        self.resolve_jars()
+        self._write_configs()
+        self._format_storage()
+        out = open(self.logs / "broker.out", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            self._java("kafka.Kafka", str(self.properties)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        out.close()
+        self.pid_file.write_text(str(proc.pid))
+        started = time.monotonic()
+        self._wait_ready(proc)
+        self.log(
+            f"Kafka ready at {self.settings.bootstrap} (pid {proc.pid}) "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+        return self.status()
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise BrokerError(
+                    f"Kafka exited with code {proc.returncode} while starting.\n{self.log_tail()}"
+                )
+            s = self.settings
+            if _port_in_use(s.host, s.port) and _answers_metadata(s.bootstrap):
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise BrokerError(
+            f"Kafka did not answer a metadata request within "
+            f"{self.settings.start_timeout_s:.0f}s; stopped it.\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the broker this data dir started (and nothing else). True if one was stopped."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            self.log(f"Kafka (pid {pid}) did not stop within {timeout_s:.0f}s; killing it")
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def log_tail(self, lines: int = 30) -> str:
+        chunks = []
+        for name in ("broker.out", "server.log"):
+            path = self.logs / name
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                chunks.append(f"--- last lines of {path} ---\n" + "\n".join(text))
+        return "\n".join(chunks) or f"(no broker log under {self.logs})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        # A zombie child of ours still "exists"; reap it if it is one.
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _answers_metadata(bootstrap: str) -> bool:
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, request_timeout_ms=3000, bootstrap_timeout_ms=3000
+        )
+    except (KafkaError, OSError, ValueError):
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()

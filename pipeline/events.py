@@ -1,0 +1,269 @@
+"""Event schemas of every topic, encoded as JSON with orjson.
+
+Input events (``turn``, ``message``, ``session_end``) enter ``chat.turns``; the
+scoring stage emits ``paired`` and ``sample`` events; bad input becomes a
+``deadletter`` event. Every event carries ``type`` and ``schema_version``.
+Decoding returns a typed object or raises :class:`EventDecodeError` naming the
+field and the problem.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from pipeline.errors import EventDecodeError
+
+SCHEMA_VERSION: Literal[1] = 1
+MAX_SESSION_ID_CHARS = 256
+
+SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
+Content = str | list[dict[str, Any]] | None
+
+
+class _Strict(BaseModel):
+    """Frozen, rejects unknown fields (a typo in a field name is an error, not data loss)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI-style chat message; extra provider fields are kept as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True)
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Content = None
+    tool_calls: list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+class Response(_Strict):
+    """What the policy answered in a turn."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class NextState(_Strict):
+    """The message that followed a turn: the evidence the judge reads."""
+
+    role: Literal["user", "tool"]
+    content: Content = None
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+class _Event(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    session_id: SessionId
+    ts: float = Field(ge=0, description="event time, seconds since the Unix epoch")
+
+
+class Turn(_Event):
+    """One policy turn: the prompt context and the response to it."""
+
+    type: Literal["turn"]
+    turn_index: int = Field(ge=0, description="position in the session, from 0")
+    turn_type: Literal["main", "side"]
+    messages: list[ChatMessage] = Field(min_length=1)
+    response: Response
+    tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    policy_version: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _logprobs_match_ids(self) -> Turn:
+        lp, ids = self.response_logprobs, self.response_ids
+        if lp is not None and ids is not None and len(lp) != len(ids):
+            raise ValueError(
+                f"response_logprobs has {len(lp)} entries but response_ids has {len(ids)}"
+            )
+        return self
+
+    @property
+    def sample_id(self) -> str:
+        return f"{self.session_id}:{self.turn_index}"
+
+
+class Message(_Event):
+    """A follow-up user or tool message: the next state of the pending turn."""
+
+    type: Literal["message"]
+    message: NextState
+
+
+class SessionEnd(_Event):
+    """The session is over: its pending turn has no next state."""
+
+    type: Literal["session_end"]
+
+
+InputEvent = Annotated[Turn | Message | SessionEnd, Field(discriminator="type")]
+
+
+class Paired(_Strict):
+    """A main turn with its next state (or none), ready for the judge."""
+
+    type: Literal["paired"] = "paired"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    sample_id: str
+    turn: Turn
+    next_state: NextState | None
+    paired_ts: float
+
+
+class JudgeIdentity(_Strict):
+    backend: Literal["rules", "sglang", "openai"]
+    model: str | None = None
+    prompt_version: str
+    urls: list[str] = Field(default_factory=list)
+
+
+class Sample(_Strict):
+    """A scored sample: what the trainer consumes (and what audits and replays read)."""
+
+    type: Literal["sample"] = "sample"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    sample_id: str
+    session_id: SessionId
+    turn_index: int = Field(ge=0)
+    messages: list[ChatMessage]
+    response: Response
+    next_state: NextState | None
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    score: float
+    votes: list[int | None]
+    judge_calls: int = Field(ge=0)
+    exclude_reason: Literal["no_next_state", "neutral_score"] | None
+    loss_mask: int = Field(ge=0, le=1, description="1 = train on it, 0 = excluded")
+    mode: Literal["rl", "opd", "combine"]
+    hint: str | None = None
+    teacher_logprobs: list[float] | None = None
+    policy_version: int | None = None
+    judge: JudgeIdentity
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class DeadLetter(_Strict):
+    """Input that could not be used, with why and where it came from."""
+
+    type: Literal["deadletter"] = "deadletter"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    stage: str = Field(description="which stage rejected it: produce, pair, score, train")
+    error: str
+    source: str = Field(description="topic/partition/offset or file:line")
+    raw_b64: str
+    raw_bytes: int = Field(description="size of the original input")
+    truncated: bool = False
+    ts: float
+
+
+_INPUT_ADAPTER: TypeAdapter[Turn | Message | SessionEnd] = TypeAdapter(InputEvent)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _raise_first(exc: ValidationError, tagged: bool = False) -> None:
+    """Raise EventDecodeError for the first problem; ``tagged``: loc starts with the union tag."""
+    err = exc.errors(include_url=False)[0]
+    more = len(exc.errors()) - 1
+    problem = err["msg"].removeprefix("Value error, ") + (
+        f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+    )
+    if err["type"] == "missing":
+        problem = "required field is missing"
+    elif err["type"] == "extra_forbidden":
+        problem = "unknown field (check its spelling)"
+    loc = err["loc"][1:] if tagged else err["loc"]
+    raise EventDecodeError(_field_path(loc), problem) from exc
+
+
+def _load_json(raw: bytes | str) -> Any:
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EventDecodeError("", f"not valid UTF-8 at byte {exc.start}") from exc
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError("", f"not valid JSON: {exc}") from exc
+
+
+def decode_input(raw: bytes | str) -> Turn | Message | SessionEnd:
+    """Decode one ``chat.turns`` event; raise EventDecodeError on anything wrong."""
+    data = _load_json(raw)
+    if not isinstance(data, dict):
+        raise EventDecodeError("", f"expected a JSON object, got {type(data).__name__}")
+    kind = data.get("type")
+    if kind not in ("turn", "message", "session_end"):
+        raise EventDecodeError("type", f"expected 'turn', 'message' or 'session_end', got {kind!r}")
+    try:
+        return _INPUT_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        _raise_first(exc, tagged=True)
+        raise  # unreachable
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def decode_as(model: type[M], raw: bytes | str) -> M:
+    """Decode an event of a known kind (paired, sample, deadletter)."""
+    data = _load_json(raw)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        _raise_first(exc)
+        raise
+
+
+def encode(event: BaseModel) -> bytes:
+    """The JSON bytes of an event, as they go on a topic."""
+    return orjson.dumps(event.model_dump(mode="json", exclude_none=False))
+
+
+def dead_letter(
+    stage: str, error: str, source: str, raw: bytes, ts: float, max_raw_bytes: int
+) -> DeadLetter:
+    """A dead-letter record; raw input above ``max_raw_bytes`` is kept truncated."""
+    kept = raw[:max_raw_bytes]
+    return DeadLetter(
+        stage=stage,
+        error=error,
+        source=source,
+        raw_b64=base64.b64encode(kept).decode("ascii"),
+        raw_bytes=len(raw),
+        truncated=len(kept) < len(raw),
+        ts=ts,
+    )
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema of every event, by file name, for producers in other languages."""
+    return {
+        "input-event.schema.json": _INPUT_ADAPTER.json_schema(),
+        "turn.schema.json": Turn.model_json_schema(),
+        "message.schema.json": Message.model_json_schema(),
+        "session_end.schema.json": SessionEnd.model_json_schema(),
+        "paired.schema.json": Paired.model_json_schema(),
+        "sample.schema.json": Sample.model_json_schema(),
+        "deadletter.schema.json": DeadLetter.model_json_schema(),
+    }

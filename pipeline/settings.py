@@ -1,0 +1,167 @@
+"""Process settings, read once from the environment (and an optional YAML file).
+
+``KAFKA_*`` variables describe the cluster and client security; ``TURNSTREAM_*``
+the rest. When ``KAFKA_BOOTSTRAP_SERVERS`` is unset, the embedded local broker
+(``turnstream kafka start``) is used.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from pipeline.errors import ConfigError
+from pipeline.topics.spec import Topics, load_topics
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
+
+
+def shipped_file(repo_relative: str, packaged_name: str) -> Path:
+    """A file that lives in the repo checkout, or in the wheel's package data."""
+    in_repo = REPO_ROOT / repo_relative
+    return in_repo if in_repo.exists() else PACKAGE_DATA / packaged_name
+
+
+class KafkaSettings(BaseSettings):
+    """Where the cluster is and how clients authenticate to it."""
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_", frozen=True, extra="ignore")
+
+    bootstrap_servers: str | None = Field(
+        None, description="host:port[,host:port]; unset means the embedded local broker"
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and not (
+            self.sasl_mechanism and self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                f"KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs KAFKA_SASL_MECHANISM, "
+                "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+            )
+        return self
+
+
+class LocalKafkaSettings(BaseSettings):
+    """The embedded single-node broker used when no cluster is configured."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_KAFKA_", frozen=True, extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=1, le=65535, description="client (PLAINTEXT) port")
+    controller_port: int | None = Field(
+        None, ge=1, le=65535, description="KRaft controller port; default port + 1"
+    )
+    data_dir: Path = Field(Path(".turnstream/kafka"), description="storage, logs and pid file")
+    jars_dir: Path = Field(
+        Path.home() / ".cache" / "turnstream" / "kafka-jars",
+        description="where Maven copies the broker's jars",
+    )
+    pom: Path = Field(
+        default_factory=lambda: shipped_file("deploy/local/kafka/pom.xml", "kafka-pom.xml")
+    )
+    heap: str = Field("1G", description="-Xmx and -Xms of the broker JVM")
+    start_timeout_s: float = Field(90.0, gt=0)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller(self) -> int:
+        return self.controller_port or self.port + 1
+
+
+class Settings(BaseSettings):
+    """Everything one turnstream process reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_", frozen=True, extra="ignore")
+
+    topics_file: Path = Field(default_factory=lambda: shipped_file("topics.yaml", "topics.yaml"))
+    topic_prefix: str = Field("", description="prepended to every topic name (namespaces, tests)")
+    client_id: str = "turnstream"
+    producer_compression: Literal["gzip", "none", "lz4", "snappy", "zstd"] = "gzip"
+    producer_linger_ms: int = Field(5, ge=0)
+    kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings())
+    local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    @property
+    def uses_local_broker(self) -> bool:
+        return not self.kafka.bootstrap_servers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers or self.local_kafka.bootstrap
+
+    @property
+    def topics(self) -> Topics:
+        return _load_topics_cached(self.topics_file, self.topic_prefix, _mtime(self.topics_file))
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Lowest-priority source: the YAML file named by TURNSTREAM_CONFIG, if any."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("TURNSTREAM_CONFIG")
+        if not path:
+            return {}
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"TURNSTREAM_CONFIG={path}: cannot read settings: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"TURNSTREAM_CONFIG={path}: expected a mapping at the top level")
+        return data
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0  # load_topics reports the missing file
+
+
+@lru_cache(maxsize=32)
+def _load_topics_cached(path: Path, prefix: str, _mtime_ns: int) -> Topics:
+    return load_topics(path, prefix=prefix)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings once; a validation problem becomes a ConfigError naming the variable."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc

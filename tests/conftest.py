@@ -1,0 +1,86 @@
+"""Test tiers: unit tests need nothing; `kafka` tests share one real broker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 both free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports on 127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Kafka broker for the whole test session (or KAFKA_BOOTSTRAP_SERVERS).
+
+    If the broker cannot start, every `kafka` test errors with the broker's log:
+    the tier is never skipped.
+    """
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    from pipeline.broker.local import LocalKafka
+
+    local = LocalKafka(
+        LocalKafkaSettings(port=free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka")),
+        log=lambda _msg: None,
+    )
+    local.start()
+    try:
+        yield local.settings.bootstrap
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, topic_prefix: str) -> Settings:
+    """Settings pointing at the session broker, with topic names unique to this test."""
+    return Settings(
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
+        topic_prefix=topic_prefix,
+        producer_linger_ms=0,
+    )
+
+
+@pytest.fixture
+def cli_env(kafka_bootstrap: str, topic_prefix: str) -> dict[str, str]:
+    """Environment for running the `turnstream` CLI against the session broker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "TURNSTREAM_"))}
+    env.update(KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, TURNSTREAM_TOPIC_PREFIX=topic_prefix)
+    return env
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/kafka/ is in the `kafka` tier."""
+    for item in items:
+        if "/tests/kafka/" in str(item.fspath):
+            item.add_marker(pytest.mark.kafka)

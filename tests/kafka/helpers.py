@@ -1,0 +1,48 @@
+"""Reading topics back in tests, with a plain kafka-python consumer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from kafka import KafkaConsumer, TopicPartition
+
+from pipeline.broker.clients import consumer_config
+from pipeline.settings import Settings
+
+
+def read_all(settings: Settings, topic: str, timeout_s: float = 20.0) -> list:
+    """Every record of ``topic`` from the beginning up to its current end."""
+    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        records: list = []
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}: got {len(records)} records before timeout")
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def turnstream(
+    *args: str, env: dict[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """Run the `turnstream` CLI as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        env={**env, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from pipeline.broker.clients import kafka_python_config
+from pipeline.errors import ConfigError
+from pipeline.settings import load_settings
+
+
+def test_local_broker_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("TURNSTREAM_KAFKA_PORT", "19500")
+    settings = load_settings()
+    assert settings.uses_local_broker
+    assert settings.bootstrap_servers == "127.0.0.1:19500"
+    assert settings.local_kafka.controller == 19501
+
+
+def test_cluster_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
+    settings = load_settings()
+    assert not settings.uses_local_broker
+    assert kafka_python_config(settings)["bootstrap_servers"] == ["k1:9092", "k2:9092"]
+
+
+def test_security_settings_flow_to_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9093")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("KAFKA_SASL_USERNAME", "trainer")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cret-pw")
+    monkeypatch.setenv("KAFKA_SSL_CAFILE", "/etc/kafka/ca.pem")
+    settings = load_settings()
+    config = kafka_python_config(settings)
+    assert config["security_protocol"] == "SASL_SSL"
+    assert config["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert config["sasl_plain_username"] == "trainer"
+    assert config["sasl_plain_password"] == "s3cret-pw"
+    assert config["ssl_cafile"] == "/etc/kafka/ca.pem"
+    assert "s3cret-pw" not in repr(settings) and "s3cret-pw" not in str(settings.model_dump())
+
+
+def test_incomplete_sasl_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.delenv("KAFKA_SASL_PASSWORD", raising=False)
+    with pytest.raises(ConfigError, match="needs KAFKA_SASL_MECHANISM"):
+        load_settings()
+
+
+def test_yaml_settings_file_is_lowest_priority(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "turnstream.yaml"
+    path.write_text("topic_prefix: from-yaml.\nclient_id: yaml-client\n")
+    monkeypatch.setenv("TURNSTREAM_CONFIG", str(path))
+    monkeypatch.setenv("TURNSTREAM_CLIENT_ID", "env-client")
+    settings = load_settings()
+    assert settings.topic_prefix == "from-yaml."
+    assert settings.client_id == "env-client"
+    assert settings.topics.chat_turns.name == "from-yaml.chat.turns"
