@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pipeline.broker.local import free_port_pair
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings
 
+__all__ = ["REPO", "free_port_pair"]
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 1 both free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of ports on 127.0.0.1")
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,7 @@ def test_bad_jvm_option_fails_with_the_jvm_message(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_to_manage_a_configured_cluster(tmp_path: Path) -> None:
-    env = {**_env(free_port_pair(), tmp_path), "KAFKA_BOOTSTRAP_SERVERS": "10.255.255.1:9092"}
+    env = {**_env(free_port_pair(), tmp_path), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     result = turnstream("kafka", "start", env=env)
     assert result.returncode == 1
     assert "KAFKA_BOOTSTRAP_SERVERS" in result.stderr

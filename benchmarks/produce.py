@@ -1,0 +1,188 @@
+"""Producer throughput: `turnstream produce` vs `kcat -P` on the same event file.
+
+Both send the same N input events (key = session_id, acks=all, idempotent,
+gzip) to fresh topics on the same broker; the time is wall-clock for the whole
+command, including turnstream's validation pass. Prints a table and writes
+benchmarks/results/produce.json.
+
+    python benchmarks/produce.py [--events 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+
+from pipeline.broker.local import LocalKafka, free_port_pair
+from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
+from pipeline.topics import admin
+from pipeline.topics.offsets import end_offsets
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORDS = [
+    "the",
+    "agent",
+    "ran",
+    "a",
+    "tool",
+    "and",
+    "read",
+    "the",
+    "output",
+    "then",
+    "answered",
+    "the",
+    "user",
+    "about",
+    "files",
+    "tests",
+]
+
+
+def write_events(path: Path, kcat_path: Path, n: int, seed: int = 1) -> None:
+    """N turn/message events over n/8 sessions, as JSONL and as kcat's key<TAB>value."""
+    rng = random.Random(seed)
+    sessions = max(1, n // 8)
+    with open(path, "wb") as plain, open(kcat_path, "wb") as keyed:
+        for i in range(n):
+            session = f"bench-{i % sessions:06d}"
+            index = i // sessions
+            text = " ".join(rng.choices(WORDS, k=rng.randint(20, 120)))
+            if index % 2 == 0:
+                event = {
+                    "type": "turn",
+                    "session_id": session,
+                    "turn_index": index,
+                    "turn_type": "main",
+                    "ts": 1790000000.0 + i,
+                    "messages": [
+                        {"role": "system", "content": "You are an agent."},
+                        {"role": "user", "content": text},
+                    ],
+                    "response": {"content": text[::-1]},
+                }
+            else:
+                event = {
+                    "type": "message",
+                    "session_id": session,
+                    "ts": 1790000000.0 + i,
+                    "message": {"role": "user", "content": text},
+                }
+            line = orjson.dumps(event)
+            plain.write(line + b"\n")
+            keyed.write(session.encode() + b"\t" + line + b"\n")
+
+
+def timed(cmd: list[str], env: dict[str, str], stdin_path: Path | None = None) -> float:
+    start = time.perf_counter()
+    with open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb") as stdin:
+        proc = subprocess.run(cmd, env=env, stdin=stdin, capture_output=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def run(settings: Settings, n: int, workdir: Path) -> dict:
+    events, keyed = workdir / "events.jsonl", workdir / "events.kcat"
+    write_events(events, keyed, n)
+    run_id = uuid.uuid4().hex[:6]
+    ours = settings.model_copy(update={"topic_prefix": f"bench-{run_id}-ts."})
+    theirs = settings.model_copy(update={"topic_prefix": f"bench-{run_id}-kcat."})
+    admin.apply(ours)
+    admin.apply(theirs)
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": ours.topic_prefix,
+        "TURNSTREAM_PRODUCER_COMPRESSION": "gzip",
+    }
+    turnstream = [sys.executable, "-m", "pipeline.cli", "produce", str(events)]
+    kcat = [
+        shutil.which("kcat") or "kcat",
+        "-P",
+        "-b",
+        settings.bootstrap_servers,
+        "-t",
+        theirs.topics.chat_turns.name,
+        "-K",
+        "\t",
+        "-z",
+        "gzip",
+        "-X",
+        "acks=all",
+        "-X",
+        "enable.idempotence=true",
+    ]
+    t_ours = timed(turnstream, env)
+    t_kcat = timed(kcat, env, stdin_path=keyed)
+    got_ours = end_offsets(ours, [ours.topics.chat_turns.name])[ours.topics.chat_turns.name]
+    got_kcat = end_offsets(theirs, [theirs.topics.chat_turns.name])[theirs.topics.chat_turns.name]
+    if (got_ours, got_kcat) != (n, n):
+        sys.exit(f"expected {n} records on each topic, got turnstream={got_ours} kcat={got_kcat}")
+    return {
+        "events": n,
+        "file_bytes": events.stat().st_size,
+        "turnstream_produce_s": round(t_ours, 3),
+        "turnstream_events_per_s": round(n / t_ours),
+        "kcat_s": round(t_kcat, 3),
+        "kcat_events_per_s": round(n / t_kcat),
+        "ratio_turnstream_over_kcat": round(t_kcat / t_ours, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    args = parser.parse_args()
+    if shutil.which("kcat") is None:
+        sys.exit("kcat is not installed (apt-get install kcat)")
+    settings = load_settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        local = None
+        if settings.uses_local_broker:
+            local = LocalKafka(
+                LocalKafkaSettings(port=free_port_pair(), data_dir=Path(tmp) / "kafka")
+            )
+            local.start()
+            settings = Settings(kafka=KafkaSettings(bootstrap_servers=local.settings.bootstrap))
+        try:
+            result = run(settings, args.events, Path(tmp))
+        finally:
+            if local:
+                local.stop()
+    result.update(
+        cores=os.cpu_count(),
+        python=platform.python_version(),
+        commit=subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "produce.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n{'client':<22}{'events':>10}{'seconds':>10}{'events/s':>12}")
+    print(
+        f"{'turnstream produce':<22}{result['events']:>10}{result['turnstream_produce_s']:>10}"
+        f"{result['turnstream_events_per_s']:>12}"
+    )
+    print(
+        f"{'kcat -P':<22}{result['events']:>10}{result['kcat_s']:>10}"
+        f"{result['kcat_events_per_s']:>12}"
+    )
+    print(f"ratio (turnstream / kcat events/s): {result['ratio_turnstream_over_kcat']}")
+
+
+if __name__ == "__main__":
+    main()
