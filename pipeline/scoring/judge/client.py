@@ -1,0 +1,175 @@
+"""HTTP clients for the judge: SGLang native /generate or an OpenAI-compatible API.
+
+One aiohttp session per process, a timeout on every request, bounded
+concurrency, and bounded retries with exponential backoff and jitter on
+connection errors, timeouts, 429 and 5xx. A judge that stays unreachable
+raises :class:`JudgeUnavailable`: the caller routes the pair to the retry
+topic; it never becomes a score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from pipeline.errors import TurnstreamError
+
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class JudgeUnavailable(TurnstreamError):
+    """Every attempt to reach the judge failed transiently (a FAILED task, not a score)."""
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    backend: Literal["sglang", "openai"]
+    urls: Sequence[str]
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 300.0
+    max_attempts: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 8.0
+    concurrency: int = 64
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 4096
+    hint_max_new_tokens: int = 8192
+
+
+def chatml(messages: Sequence[dict[str, Any]]) -> str:
+    """A ChatML rendering, used when no judge tokenizer path is configured."""
+    body = "".join(
+        f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages
+    )
+    return body + "<|im_start|>assistant\n"
+
+
+class JudgeClient:
+    """Ask the judge for n outputs to one prompt; count every call made."""
+
+    def __init__(
+        self, config: JudgeConfig, render: Callable[[Sequence[dict[str, Any]]], str] = chatml
+    ) -> None:
+        if not config.urls:
+            raise TurnstreamError(f"the {config.backend} judge needs at least one URL")
+        self.config = config
+        self.render = render
+        self._urls = [u.rstrip("/") for u in config.urls]
+        self._next = itertools.count()
+        self._limit = asyncio.Semaphore(config.concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0
+        self.retries = 0
+
+    async def __aenter__(self) -> JudgeClient:
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=self.config.concurrency),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session:
+            await self._session.close()
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries; calls spread over replicas, and each retry moves to the next one."""
+        assert self._session is not None, "use JudgeClient as an async context manager"
+        last = ""
+        first = next(self._next)
+        for attempt in range(1, self.config.max_attempts + 1):
+            url = self._urls[(first + attempt - 1) % len(self._urls)] + path
+            try:
+                async with self._limit:
+                    self.requests += 1
+                    async with self._session.post(url, json=body) as resp:
+                        if resp.status == 200:
+                            data: dict[str, Any] = await resp.json()
+                            return data
+                        text = (await resp.text())[:300]
+                        if resp.status not in RETRYABLE_STATUS:
+                            raise TurnstreamError(f"judge {url} answered {resp.status}: {text}")
+                        last = f"HTTP {resp.status} from {url}: {text}"
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                last = f"{type(exc).__name__} talking to {url}: {exc}"
+            except TimeoutError:
+                last = f"no answer from {url} within {self.config.timeout_s:g}s"
+            if attempt < self.config.max_attempts:
+                self.retries += 1
+                cap = min(
+                    self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1)
+                )
+                await asyncio.sleep(random.uniform(0, cap))
+        raise JudgeUnavailable(
+            f"judge unreachable after {self.config.max_attempts} attempts: {last}"
+        )
+
+    async def complete(
+        self, messages: list[dict[str, Any]], n: int, hint: bool = False
+    ) -> list[str]:
+        """n judge outputs for one chat prompt (votes are independent samples)."""
+        max_new = self.config.hint_max_new_tokens if hint else self.config.max_new_tokens
+        if self.config.backend == "openai":
+            body = {
+                "model": self.config.model or "judge",
+                "messages": messages,
+                "n": n,
+                "temperature": self.config.temperature,
+                "top_p": self.config.top_p,
+                "max_tokens": max_new,
+            }
+            data = await self.post("/v1/chat/completions", body)
+            return [c["message"].get("content") or "" for c in data["choices"]]
+        text = self.render(messages)
+        body = {
+            "text": text,
+            "return_logprob": False,
+            "sampling_params": {
+                "temperature": self.config.temperature,
+                "top_p": self.config.top_p,
+                "top_k": -1,
+                "max_new_tokens": max_new,
+                "skip_special_tokens": False,
+                "no_stop_trim": True,
+                "spaces_between_special_tokens": False,
+            },
+        }
+        results = await asyncio.gather(*(self.post("/generate", body) for _ in range(n)))
+        return [r.get("text", "") for r in results]
+
+    async def teacher_logprobs(
+        self, input_ids: list[int], response_len: int, top_k: int = 0
+    ) -> dict[str, Any]:
+        """Log-probs of the last ``response_len`` tokens of ``input_ids`` (SGLang /generate)."""
+        body: dict[str, Any] = {
+            "input_ids": input_ids,
+            "return_logprob": True,
+            "logprob_start_len": len(input_ids) - response_len,
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        }
+        if top_k:
+            body["top_logprobs_num"] = top_k
+        data = await self.post("/generate", body)
+        meta = data["meta_info"]
+        # Position 0 of a sequence has no log-prob (None); keep the last response_len values.
+        logprobs = [float(e[0]) for e in meta["input_token_logprobs"] if e[0] is not None]
+        logprobs = logprobs[-response_len:]
+        if len(logprobs) != response_len:
+            raise TurnstreamError(
+                f"teacher returned {len(logprobs)} log-probs for {response_len} response tokens"
+            )
+        out: dict[str, Any] = {"logprobs": logprobs}
+        if top_k:
+            tops = [t for t in meta.get("input_top_logprobs", []) if t is not None]
+            out["top_logprobs"] = tops[-response_len:]
+        return out

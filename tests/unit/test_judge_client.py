@@ -1,0 +1,130 @@
+"""The judge clients and vote runners against the judge simulator over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from pipeline.errors import TurnstreamError
+from pipeline.scoring.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
+from pipeline.scoring.judge.voting import combine_votes, eval_votes, hint_votes
+from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
+
+Start = Callable[..., "AsyncIterator[tuple[JudgeSimulator, str]]"]
+
+
+@pytest.fixture
+async def sim_factory():  # type: ignore[no-untyped-def]
+    servers: list[TestServer] = []
+
+    async def start(**overrides) -> tuple[JudgeSimulator, str]:  # type: ignore[no-untyped-def]
+        sim = JudgeSimulator(SimConfig(**overrides))
+        server = TestServer(sim.app(), host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return sim, str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+def config(url: str | list[str], backend: str = "sglang", **kw) -> JudgeConfig:  # type: ignore[no-untyped-def]
+    urls = [url] if isinstance(url, str) else url
+    return JudgeConfig(
+        backend=backend,
+        urls=urls,
+        backoff_base_s=0.01,  # type: ignore[arg-type]
+        backoff_max_s=0.02,
+        **kw,
+    )
+
+
+async def test_fixed_votes_make_m_calls_and_take_the_majority(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(agreement=1.0, vote_dist={-1: 1.0})
+    async with JudgeClient(config(url)) as client:
+        result = await eval_votes(client, "answer", "user", "No, that's wrong.", m=3)
+    assert result.votes == [-1, -1, -1] and result.score == -1.0
+    assert result.judge_calls == 3 and sim.stats.calls == 3
+
+
+async def test_early_stop_skips_the_third_call_when_two_agree(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(agreement=1.0, vote_dist={1: 1.0})
+    async with JudgeClient(config(url)) as client:
+        result = await eval_votes(client, "answer", "tool", "exit 0", vote_mode="early_stop")
+    assert result.votes == [1, 1] and result.judge_calls == 2 and result.score == 1.0
+    assert sim.stats.calls == 2
+
+
+async def test_early_stop_asks_a_third_vote_on_disagreement(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(agreement=0.0, vote_dist={1: 1.0}, seed=3)
+    async with JudgeClient(config(url)) as client:
+        for _ in range(10):
+            result = await eval_votes(client, "a", "user", "b", vote_mode="early_stop")
+            assert result.judge_calls == (2 if result.votes[0] == result.votes[1] else 3)
+    assert sim.stats.calls > 20  # with zero agreement, some pairs disagree
+
+
+async def test_malformed_outputs_are_failed_votes_not_errors(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    _sim, url = await sim_factory(malformed_rate=1.0)
+    async with JudgeClient(config(url)) as client:
+        result = await eval_votes(client, "a", "user", "b", m=3)
+    assert result.votes == [None, None, None] and result.score == 0.0
+
+
+async def test_unreachable_judge_raises_after_bounded_retries(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(error_rate=1.0)
+    async with JudgeClient(config(url, max_attempts=3)) as client:
+        with pytest.raises(JudgeUnavailable, match="after 3 attempts: HTTP 503"):
+            await eval_votes(client, "a", "user", "b", m=1)
+        assert client.retries == 2
+    assert sim.stats.calls == 3
+
+
+async def test_timeouts_are_retried_then_reported(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    _sim, url = await sim_factory(timeout_rate=1.0)
+    async with JudgeClient(config(url, max_attempts=2, timeout_s=0.2)) as client:
+        with pytest.raises(JudgeUnavailable, match=r"no answer .* within 0.2s"):
+            await eval_votes(client, "a", "user", "b", m=1)
+
+
+async def test_connection_refused_moves_to_the_next_replica(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(agreement=1.0, vote_dist={1: 1.0})
+    dead = "http://127.0.0.1:9"  # discard port: nothing listens there
+    async with JudgeClient(config([dead, url], max_attempts=2)) as client:
+        result = await eval_votes(client, "a", "user", "thanks", m=3)
+    assert result.score == 1.0 and sim.stats.calls == 3
+
+
+async def test_client_error_is_not_retried(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    _sim, url = await sim_factory()
+    async with JudgeClient(config(url)) as client:
+        with pytest.raises(TurnstreamError, match="answered 400"):
+            await client.post("/generate", {"neither": "text nor ids"})
+        assert client.retries == 0
+
+
+async def test_openai_backend_asks_all_votes_in_one_request(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(agreement=1.0, vote_dist={0: 1.0})
+    async with JudgeClient(config(url, backend="openai", model="judge")) as client:
+        result = await eval_votes(client, "a", "user", "ok", m=3)
+    assert result.votes == [0, 0, 0] and result.judge_calls == 3 and sim.stats.calls == 1
+
+
+async def test_hint_and_combine_votes(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    _sim, url = await sim_factory(agreement=1.0, vote_dist={1: 1.0})
+    async with JudgeClient(config(url)) as client:
+        hint = await hint_votes(client, "a", "user", "wrong, redo", m=2)
+        assert hint.votes == [1, 1] and hint.hint is not None and len(hint.hint) > 10
+        ev, hi = await combine_votes(client, "a", "user", "thanks", m=3)
+    assert ev.judge_calls == 3 and hi.judge_calls == 1 and hi.hint == hint.hint
+
+
+async def test_teacher_logprobs_cover_exactly_the_response(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    _sim, url = await sim_factory()
+    async with JudgeClient(config(url)) as client:
+        out = await client.teacher_logprobs(list(range(100, 120)), response_len=5, top_k=2)
+    assert len(out["logprobs"]) == 5 and all(lp < 0 for lp in out["logprobs"])
+    assert len(out["top_logprobs"]) == 5 and all(len(t) == 2 for t in out["top_logprobs"])
