@@ -20,6 +20,7 @@ from pipeline.errors import EventDecodeError
 SCHEMA_VERSION: Literal[1] = 1
 MAX_SESSION_ID_CHARS = 256
 
+ExcludeReason = Literal["no_next_state", "neutral_score", "no_hint"]
 SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
 Content = str | list[dict[str, Any]] | None
 
@@ -100,9 +101,14 @@ class Message(_Event):
 
 
 class SessionEnd(_Event):
-    """The session is over: its pending turn has no next state."""
+    """The session is over: its pending turn has no next state.
+
+    ``reason`` is ``client`` when the app ended it, ``idle_timeout`` when a
+    scoring worker found it idle (that decision is on the log too).
+    """
 
     type: Literal["session_end"]
+    reason: Literal["client", "idle_timeout"] = "client"
 
 
 InputEvent = Annotated[Turn | Message | SessionEnd, Field(discriminator="type")]
@@ -116,7 +122,11 @@ class Paired(_Strict):
     sample_id: str
     turn: Turn
     next_state: NextState | None
+    first_judged: bool = Field(
+        description="the session's first turn with a next state (at-least-one guarantee)"
+    )
     paired_ts: float
+    attempt: int = Field(1, ge=1, description="1, or more when fed back from samples.retry")
 
 
 class JudgeIdentity(_Strict):
@@ -143,7 +153,7 @@ class Sample(_Strict):
     score: float
     votes: list[int | None]
     judge_calls: int = Field(ge=0)
-    exclude_reason: Literal["no_next_state", "neutral_score"] | None
+    exclude_reason: ExcludeReason | None
     loss_mask: int = Field(ge=0, le=1, description="1 = train on it, 0 = excluded")
     mode: Literal["rl", "opd", "combine"]
     hint: str | None = None
@@ -151,6 +161,17 @@ class Sample(_Strict):
     policy_version: int | None = None
     judge: JudgeIdentity
     timings: dict[str, float] = Field(default_factory=dict)
+
+
+class RetryRecord(_Strict):
+    """A pair whose judge calls failed transiently: to be judged again, never scored 0."""
+
+    type: Literal["retry"] = "retry"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    paired: Paired
+    error: str
+    attempts: int = Field(ge=1, description="how many times this pair failed so far")
+    failed_ts: float
 
 
 class DeadLetter(_Strict):
@@ -265,5 +286,6 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "session_end.schema.json": SessionEnd.model_json_schema(),
         "paired.schema.json": Paired.model_json_schema(),
         "sample.schema.json": Sample.model_json_schema(),
+        "retry.schema.json": RetryRecord.model_json_schema(),
         "deadletter.schema.json": DeadLetter.model_json_schema(),
     }

@@ -10,10 +10,16 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from pipeline.errors import ConfigError
 from pipeline.topics.spec import Topics, load_topics
@@ -87,6 +93,44 @@ class LocalKafkaSettings(BaseSettings):
         return self.controller_port or self.port + 1
 
 
+class ScoringSettings(BaseSettings):
+    """The scoring worker: judge backend, voting, pairing timeouts, worker identity."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SCORING_", frozen=True, extra="ignore")
+
+    judge: Literal["rules", "sglang", "openai"] = Field(
+        "rules", description="rules = deterministic heuristic judge (offline default)"
+    )
+    judge_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="one base URL per replica (comma-separated in env)"
+    )
+    judge_model: str | None = Field(None, description="model name sent to an OpenAI endpoint")
+    judge_api_key: SecretStr | None = None
+    judge_tokenizer: Path | None = Field(
+        None, description="local HF tokenizer whose chat template renders SGLang prompts"
+    )
+    judge_timeout_s: float = Field(300.0, gt=0, description="per request")
+    judge_max_attempts: int = Field(4, ge=1, description="per request, with backoff")
+    judge_concurrency: int = Field(64, ge=1, description="HTTP requests in flight per worker")
+    mode: Literal["rl", "opd", "combine"] = "rl"
+    vote_mode: Literal["fixed", "early_stop"] = "fixed"
+    m: int = Field(3, ge=1, description="eval votes per turn")
+    hint_m: int = Field(1, ge=1, description="hint votes per turn (opd, combine)")
+    window: int = Field(256, ge=1, description="pairs being judged at once per worker")
+    idle_timeout_s: float = Field(1800.0, gt=0, description="flush a silent session's turn")
+    idle_check_interval_s: float = Field(30.0, gt=0)
+    group_id: str = Field("turnstream-scoring", description="consumer group of the workers")
+    web_port: int = Field(6066, ge=0, le=65535, description="Prometheus /metrics; 0 = off")
+    data_dir: Path = Field(Path(".turnstream/worker"), description="this worker's local state")
+
+    @field_validator("judge_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+
 class Settings(BaseSettings):
     """Everything one turnstream process reads from its environment."""
 
@@ -99,6 +143,7 @@ class Settings(BaseSettings):
     producer_linger_ms: int = Field(5, ge=0)
     kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings())
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
+    scoring: ScoringSettings = Field(default_factory=lambda: ScoringSettings())
 
     @classmethod
     def settings_customise_sources(
@@ -163,5 +208,5 @@ def load_settings(**overrides: Any) -> Settings:
 
     try:
         return Settings(**overrides)
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc

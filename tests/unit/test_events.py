@@ -128,7 +128,9 @@ def test_undecodable_input(payload: bytes, problem: str) -> None:
 def test_encode_round_trips_every_event_kind() -> None:
     turn = decode_input(raw(TURN))
     assert isinstance(turn, Turn)
-    paired = Paired(sample_id=turn.sample_id, turn=turn, next_state=None, paired_ts=3.0)
+    paired = Paired(
+        sample_id=turn.sample_id, turn=turn, next_state=None, first_judged=False, paired_ts=3.0
+    )
     assert decode_as(Paired, encode(paired)) == paired
     sample = Sample(
         sample_id="s1:0",

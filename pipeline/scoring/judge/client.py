@@ -69,22 +69,31 @@ class JudgeClient:
         self.requests = 0
         self.retries = 0
 
+    def _open(self) -> aiohttp.ClientSession:
+        """The one HTTP session, created on first use inside the running event loop."""
+        if self._session is None or self._session.closed:
+            key = self.config.api_key
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
+                headers={"Authorization": f"Bearer {key}"} if key else {},
+                connector=aiohttp.TCPConnector(limit=self.config.concurrency),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
     async def __aenter__(self) -> JudgeClient:
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
-            headers=headers,
-            connector=aiohttp.TCPConnector(limit=self.config.concurrency),
-        )
+        self._open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session:
-            await self._session.close()
+        await self.close()
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with retries; calls spread over replicas, and each retry moves to the next one."""
-        assert self._session is not None, "use JudgeClient as an async context manager"
+        session = self._open()
         last = ""
         first = next(self._next)
         for attempt in range(1, self.config.max_attempts + 1):
@@ -92,7 +101,7 @@ class JudgeClient:
             try:
                 async with self._limit:
                     self.requests += 1
-                    async with self._session.post(url, json=body) as resp:
+                    async with session.post(url, json=body) as resp:
                         if resp.status == 200:
                             data: dict[str, Any] = await resp.json()
                             return data

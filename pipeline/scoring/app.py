@@ -1,0 +1,215 @@
+"""The scoring worker: a Faust app with a pairing agent and a judging agent.
+
+- ``pair`` reads chat.turns in order per partition, keeps each session's state
+  in the ``sessions`` table (changelog-backed), and emits pairs.
+- ``judge`` reads turns.paired and keeps up to ``window`` pairs being judged at
+  once, emitting and acknowledging them in arrival order, so offsets are
+  committed only for records whose result was delivered.
+- a timer flushes sessions idle for longer than ``idle_timeout_s`` by writing
+  a ``session_end`` (reason ``idle_timeout``) to chat.turns: the decision is on
+  the log, and the pairing agent applies it in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import Any
+
+import faust
+from faust.types import StreamT
+
+from pipeline.events import SessionEnd, encode
+from pipeline.scoring import metrics
+from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
+from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
+from pipeline.scoring.stages import JudgeStage, Out, PairingStage
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """Faust broker credentials from the same KAFKA_* settings every client uses."""
+    k = settings.kafka
+    context = None
+    if k.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=str(k.ssl_cafile) if k.ssl_cafile else None)
+        if k.ssl_certfile:
+            context.load_cert_chain(str(k.ssl_certfile), str(k.ssl_keyfile or "") or None)
+        context.check_hostname = k.ssl_check_hostname
+    if k.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=k.sasl_username,
+            password=k.sasl_password.get_secret_value() if k.sasl_password else None,
+            mechanism=k.sasl_mechanism,
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context) if context else None
+
+
+def build_judge(settings: Settings) -> tuple[Judge, JudgeClient | None]:
+    """The configured judge, and its HTTP client (to open and close) if it has one."""
+    s = settings.scoring
+    if s.judge == "rules":
+        return RulesJudge(), None
+    render = _chat_renderer(s.judge_tokenizer) if s.judge == "sglang" else None
+    config = JudgeConfig(
+        backend=s.judge,
+        urls=s.judge_urls,
+        model=s.judge_model,
+        api_key=s.judge_api_key.get_secret_value() if s.judge_api_key else None,
+        timeout_s=s.judge_timeout_s,
+        max_attempts=s.judge_max_attempts,
+        concurrency=s.judge_concurrency,
+    )
+    client = JudgeClient(config, render) if render else JudgeClient(config)
+    identity = judge_identity(s.judge, s.judge_model, list(s.judge_urls))
+    return HttpJudge(client, identity, m=s.m, vote_mode=s.vote_mode, hint_m=s.hint_m), client
+
+
+def _chat_renderer(tokenizer_path: Any) -> Any:
+    """The judge model's chat template from a local tokenizer, or ChatML without one."""
+    if tokenizer_path is None:
+        log.warning("no judge tokenizer configured: SGLang prompts use a ChatML template")
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_path), local_files_only=True)
+    return lambda messages: tok.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True
+    )
+
+
+def build_app(settings: Settings, judge: Judge) -> faust.App:
+    """The Faust app of one scoring worker (agents, table, timer)."""
+    s, topics = settings.scoring, settings.topics
+    app = faust.App(
+        settings.topic_prefix + s.group_id,
+        broker=[f"kafka://{hp}" for hp in settings.bootstrap_servers.split(",")],
+        broker_credentials=faust_credentials(settings),
+        store="memory://",
+        datadir=str(s.data_dir),
+        web_enabled=False,
+        topic_partitions=topics.chat_turns.partitions,
+        topic_replication_factor=topics.chat_turns.replication_factor,
+        table_standby_replicas=0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_max_request_size=topics.samples_scored.max_message_bytes,
+        consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
+        stream_buffer_maxsize=max(64, s.window),
+    )
+    raw: dict[str, Any] = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    turns = app.topic(topics.chat_turns.name, partitions=topics.chat_turns.partitions, **raw)
+    paired = app.topic(topics.turns_paired.name, partitions=topics.turns_paired.partitions, **raw)
+    outputs = {
+        spec.name: app.topic(spec.name, partitions=spec.partitions, **raw)
+        for spec in (
+            topics.turns_paired,
+            topics.samples_scored,
+            topics.samples_retry,
+            topics.deadletter,
+        )
+    }
+    sessions = app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
+    pairing = PairingStage(topics, s.idle_timeout_s)
+    judging = JudgeStage(topics, judge, s.mode)
+
+    async def send(outs: list[Out]) -> None:
+        for out in outs:
+            await outputs[out.topic].send(key=out.key, value=out.value)
+
+    @app.agent(turns, name="pair")
+    async def pair(stream: StreamT) -> None:
+        async for event in stream.events():
+            msg = event.message
+            result = pairing.handle(event.value, event.key, _where(msg), sessions.get)
+            if result.session_id is not None:
+                if result.forget:
+                    sessions.pop(result.session_id, None)
+                else:
+                    sessions[result.session_id] = result.state
+            await send(result.outs)
+
+    @app.agent(paired, name="judge")
+    async def judge_agent(stream: StreamT) -> None:
+        manual = stream.noack()  # type: ignore[attr-defined]
+        window: asyncio.Queue[tuple[Any, asyncio.Future[list[Out]]]] = asyncio.Queue(s.window)
+
+        async def emit_in_order() -> None:
+            while True:
+                event, task = await window.get()
+                await send(await task)
+                await manual.ack(event)
+
+        emitter = asyncio.ensure_future(emit_in_order())
+        try:
+            async for event in manual.events():
+                task = asyncio.ensure_future(
+                    judging.handle(event.value, event.key, _where(event.message))
+                )
+                await window.put((event, task))
+                if emitter.done():
+                    emitter.result()  # surface a crash of the emitter
+        finally:
+            emitter.cancel()
+
+    flagged: dict[str, float] = {}
+
+    @app.timer(interval=s.idle_check_interval_s)
+    async def idle_sweep() -> None:
+        now = time.time()
+        for session_id, state in list(sessions.items()):
+            if not state or state.get("pending") is None:
+                continue
+            if now - state["last_seen"] <= s.idle_timeout_s:
+                continue
+            if now - flagged.get(session_id, 0.0) < s.idle_timeout_s:
+                continue  # already asked; the pairing agent will apply it
+            end = SessionEnd(
+                type="session_end", session_id=session_id, ts=now, reason="idle_timeout"
+            )
+            await turns.send(key=session_id.encode(), value=encode(end))
+            flagged[session_id] = now
+
+    return app
+
+
+def _where(message: Any) -> str:
+    return f"{message.topic}/{message.partition}/{message.offset}"
+
+
+def run_worker(settings: Settings, loglevel: str = "info") -> None:
+    """Run one scoring worker until it is stopped (SIGINT/SIGTERM)."""
+    from faust.worker import Worker
+
+    from pipeline.produce.producer import require_topics
+
+    topics = settings.topics
+    require_topics(
+        settings,
+        [
+            t.name
+            for t in (
+                topics.chat_turns,
+                topics.turns_paired,
+                topics.samples_scored,
+                topics.samples_retry,
+                topics.deadletter,
+            )
+        ],
+    )
+    settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
+    judge, _client = build_judge(settings)
+    app = build_app(settings, judge)
+    metrics.serve(settings.scoring.web_port)
+    log.info("judge: %s", judge.identity.model_dump())
+    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -1,0 +1,46 @@
+"""Prometheus metrics of a scoring worker (served on its --web-port at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+EVENTS = Counter(
+    "turnstream_pairing_events_total", "chat.turns events by pairing outcome", ["outcome"]
+)
+PAIRED = Counter(
+    "turnstream_turns_paired_total", "pairs emitted to turns.paired", ["has_next_state"]
+)
+VOTES = Counter(
+    "turnstream_judge_votes_total", "judge votes by value ('failed' = no valid box)", ["value"]
+)
+JUDGE_CALLS = Histogram(
+    "turnstream_judge_calls_per_turn",
+    "judge calls spent on one turn",
+    buckets=(0, 1, 2, 3, 4, 5, 6, 8, 12),
+)
+JUDGE_LATENCY = Histogram(
+    "turnstream_judge_latency_seconds",
+    "judging time of one turn",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+SCORES = Counter(
+    "turnstream_samples_scored_total",
+    "samples emitted, by score and exclusion",
+    ["score", "exclude_reason"],
+)
+RETRIES = Counter("turnstream_samples_retry_total", "pairs sent to samples.retry")
+JUDGE_RETRIES = Counter(
+    "turnstream_judge_request_retries_total",
+    "judge HTTP requests retried after a transient failure",
+)
+DEAD_LETTERS = Counter(
+    "turnstream_dead_letters_total", "records sent to the dead-letter topic", ["stage"]
+)
+IN_FLIGHT = Gauge("turnstream_judge_pairs_in_flight", "pairs being judged by this worker")
+LAG = Gauge("turnstream_consumer_lag", "records behind the end of each input topic", ["topic"])
+
+
+def serve(port: int) -> None:
+    """Expose /metrics on ``port`` (0 = do not serve)."""
+    if port:
+        start_http_server(port, addr="127.0.0.1")

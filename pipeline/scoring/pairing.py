@@ -1,0 +1,138 @@
+"""Pair each main turn with its next state: the pure core of the pairing agent.
+
+Per session the agent keeps a :class:`SessionState` (in a Faust table, keyed by
+session_id, so a session's events arrive in order on one partition):
+
+- a main turn waits as ``pending`` until the next main turn arrives (its next
+  state is that turn's last message, when its role is ``user`` or ``tool``), or
+  a ``message`` event arrives (that message is the next state), whichever
+  comes first;
+- ``session_end`` (from the app, or a worker's idle timeout) flushes the
+  pending turn with no next state and forgets the session;
+- ``side`` turns never become samples;
+- a turn whose (session, turn_index) was already seen is a duplicate and is
+  ignored; a turn older than the newest one seen, but not seen before, arrived
+  out of order: its next state can no longer be known, so it is rejected
+  (dead-lettered with that reason) rather than paired wrongly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipeline.events import Message, NextState, Paired, SessionEnd, Turn
+
+Outcome = Literal[
+    "pending",
+    "paired",
+    "side",
+    "duplicate",
+    "out_of_order",
+    "ended",
+    "idle_ended",
+    "stale_idle",
+    "no_pending",
+    "ignored_end",
+]
+
+
+@dataclass
+class SessionState:
+    """What the pairing agent remembers of one session (stored as a dict)."""
+
+    pending: dict[str, Any] | None = None  # the waiting main turn, as its JSON
+    seen: list[int] = field(default_factory=list)  # turn indices seen, main and side
+    judged: bool = False  # a pair with a next state was emitted already
+    last_seen: float = 0.0  # wall-clock time of the session's last event
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending,
+            "seen": self.seen,
+            "judged": self.judged,
+            "last_seen": self.last_seen,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SessionState:
+        return cls(**data) if data else cls()
+
+
+@dataclass(frozen=True)
+class Step:
+    """The result of one event: new state (None = forget), pairs to emit, what happened."""
+
+    state: SessionState | None
+    pairs: list[Paired]
+    outcome: Outcome
+    reject_reason: str | None = None
+
+
+def next_state_of(turn: Turn) -> NextState | None:
+    """The next state a main turn gives its predecessor: its last message, if user or tool."""
+    last = turn.messages[-1]
+    if last.role not in ("user", "tool"):
+        return None
+    return NextState(
+        role=last.role, content=last.content, name=last.name, tool_call_id=last.tool_call_id
+    )
+
+
+def _pair(state: SessionState, next_state: NextState | None, now: float) -> Paired:
+    assert state.pending is not None
+    turn = Turn.model_validate(state.pending)
+    first_judged = next_state is not None and not state.judged
+    if next_state is not None:
+        state.judged = True
+    return Paired(
+        sample_id=turn.sample_id,
+        turn=turn,
+        next_state=next_state,
+        first_judged=first_judged,
+        paired_ts=now,
+    )
+
+
+def pair_step(
+    state: SessionState | None,
+    event: Turn | Message | SessionEnd,
+    now: float,
+    idle_timeout_s: float,
+) -> Step:
+    """Apply one input event to a session's state."""
+    st = state or SessionState()
+    if isinstance(event, Turn):
+        return _on_turn(st, event, now)
+    if isinstance(event, Message):
+        st.last_seen = now
+        if st.pending is None:
+            return Step(st, [], "no_pending")
+        pair = _pair(st, event.message, now)
+        st.pending = None
+        return Step(st, [pair], "paired")
+    if event.reason == "idle_timeout" and st.last_seen > event.ts - idle_timeout_s:
+        return Step(st, [], "stale_idle")  # the session moved on after the timer looked
+    if state is None:
+        return Step(None, [], "ignored_end")
+    pairs = [_pair(st, None, now)] if st.pending is not None else []
+    return Step(None, pairs, "idle_ended" if event.reason == "idle_timeout" else "ended")
+
+
+def _on_turn(st: SessionState, turn: Turn, now: float) -> Step:
+    index = turn.turn_index
+    if index in st.seen:
+        return Step(st, [], "duplicate")
+    if st.seen and index < max(st.seen):
+        reason = (
+            f"turn_index {index} of session {turn.session_id} arrived after turn "
+            f"{max(st.seen)}: out of order, so its next state cannot be known"
+        )
+        return Step(st, [], "out_of_order", reason)
+    st.seen.append(index)
+    st.last_seen = now
+    if turn.turn_type == "side":
+        return Step(st, [], "side")
+    pairs = [_pair(st, next_state_of(turn), now)] if st.pending is not None else []
+    st.pending = turn.model_dump(mode="json")
+    return Step(st, pairs, "paired" if pairs else "pending")

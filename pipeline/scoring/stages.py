@@ -1,0 +1,158 @@
+"""What the scoring agents do with one record, minus the Kafka I/O.
+
+Each stage turns one input record into the records to send (``Out``), so the
+Faust agents stay a loop that awaits one function and sends its result, and
+the logic is tested without a broker. Nothing read is dropped silently: every
+record becomes a pair, a sample, a retry, a dead letter, or a counted no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import EventDecodeError
+from pipeline.events import (
+    Paired,
+    RetryRecord,
+    Sample,
+    dead_letter,
+    decode_as,
+    decode_input,
+    encode,
+)
+from pipeline.scoring import metrics
+from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.pairing import SessionState, pair_step
+from pipeline.scoring.score import Judge, Mode, score_pair
+from pipeline.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Out:
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True)
+class PairResult:
+    session_id: str | None
+    state: dict[str, Any] | None  # the session's new state; None with forget=True deletes it
+    forget: bool
+    outs: list[Out]
+    outcome: str
+
+
+class DeadLetters:
+    """Builds dead-letter records that say what, why and where."""
+
+    def __init__(self, topics: Topics) -> None:
+        self.topic = topics.deadletter.name
+        self.max_raw = topics.deadletter.max_message_bytes // 2
+
+    def __call__(self, stage: str, error: str, source: str, raw: bytes) -> Out:
+        metrics.DEAD_LETTERS.labels(stage).inc()
+        record = dead_letter(stage, error, source, raw, time.time(), self.max_raw)
+        return Out(self.topic, None, encode(record))
+
+
+class PairingStage:
+    """chat.turns record -> state change + pairs for turns.paired (or a dead letter)."""
+
+    def __init__(self, topics: Topics, idle_timeout_s: float) -> None:
+        self.paired_topic = topics.turns_paired.name
+        self.dead = DeadLetters(topics)
+        self.idle_timeout_s = idle_timeout_s
+
+    def handle(
+        self,
+        raw: bytes,
+        key: bytes | None,
+        source: str,
+        lookup: Callable[[str], dict[str, Any] | None],
+        now: float | None = None,
+    ) -> PairResult:
+        try:
+            event = decode_input(raw)
+        except EventDecodeError as exc:
+            return self._reject(str(exc), source, raw)
+        if key is not None and key != event.session_id.encode():
+            return self._reject(
+                f"record key {key[:80]!r} is not the event's session_id "
+                f"{event.session_id!r}; produce with key = session_id",
+                source,
+                raw,
+            )
+        now = time.time() if now is None else now
+        step = pair_step(
+            SessionState.from_dict(lookup(event.session_id)), event, now, self.idle_timeout_s
+        )
+        metrics.EVENTS.labels(step.outcome).inc()
+        if step.outcome == "out_of_order":
+            return PairResult(
+                None,
+                None,
+                False,
+                [self.dead("pair", step.reject_reason or "", source, raw)],
+                step.outcome,
+            )
+        outs = []
+        for pair in step.pairs:
+            metrics.PAIRED.labels(str(pair.next_state is not None).lower()).inc()
+            outs.append(Out(self.paired_topic, event.session_id.encode(), encode(pair)))
+        state = step.state.to_dict() if step.state else None
+        return PairResult(event.session_id, state, step.state is None, outs, step.outcome)
+
+    def _reject(self, error: str, source: str, raw: bytes) -> PairResult:
+        metrics.EVENTS.labels("invalid").inc()
+        return PairResult(None, None, False, [self.dead("pair", error, source, raw)], "invalid")
+
+
+class JudgeStage:
+    """turns.paired record -> scored sample, retry record, or dead letter."""
+
+    def __init__(self, topics: Topics, judge: Judge, mode: Mode) -> None:
+        self.scored_topic = topics.samples_scored.name
+        self.retry_topic = topics.samples_retry.name
+        self.dead = DeadLetters(topics)
+        self.judge = judge
+        self.mode = mode
+
+    async def handle(self, raw: bytes, key: bytes | None, source: str) -> list[Out]:
+        try:
+            paired = decode_as(Paired, raw)
+        except EventDecodeError as exc:
+            return [self.dead("score", str(exc), source, raw)]
+        session_key = paired.turn.session_id.encode()
+        metrics.IN_FLIGHT.inc()
+        try:
+            sample = await score_pair(paired, self.judge, self.mode)
+        except JudgeUnavailable as exc:
+            metrics.RETRIES.inc()
+            record = RetryRecord(
+                paired=paired, error=str(exc), attempts=paired.attempt, failed_ts=time.time()
+            )
+            return [Out(self.retry_topic, session_key, encode(record))]
+        except Exception as exc:  # a bug must not lose the record: keep it, with the trace
+            log.exception("scoring %s failed", paired.sample_id)
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return [self.dead("score", f"unexpected error: {detail}", source, raw)]
+        finally:
+            metrics.IN_FLIGHT.dec()
+        record_sample_metrics(sample)
+        return [Out(self.scored_topic, session_key, encode(sample))]
+
+
+def record_sample_metrics(sample: Sample) -> None:
+    for vote in sample.votes:
+        metrics.VOTES.labels("failed" if vote is None else str(vote)).inc()
+    metrics.JUDGE_CALLS.observe(sample.judge_calls)
+    metrics.JUDGE_LATENCY.observe(sample.timings.get("judge_s", 0.0))
+    metrics.SCORES.labels(f"{sample.score:g}", sample.exclude_reason or "none").inc()
