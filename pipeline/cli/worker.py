@@ -12,11 +12,21 @@ from pipeline.settings import Settings, load_settings
 
 
 def scoring_overrides(
-    judge: str | None, judge_url: list[str] | None, mode: str | None, vote_mode: str | None,
-    m: int | None, **extra: Any,
+    judge: str | None,
+    judge_url: list[str] | None,
+    mode: str | None,
+    vote_mode: str | None,
+    m: int | None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    given = {"judge": judge, "judge_urls": judge_url or None, "mode": mode,
-             "vote_mode": vote_mode, "m": m, **extra}
+    given = {
+        "judge": judge,
+        "judge_urls": judge_url or None,
+        "mode": mode,
+        "vote_mode": vote_mode,
+        "m": m,
+        **extra,
+    }
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -49,13 +59,20 @@ def worker(
     """
     from pipeline.scoring.app import run_worker
 
-    overrides = scoring_overrides(judge, judge_url, mode, vote_mode, m,
-                                  web_port=web_port, data_dir=data_dir)
+    overrides = scoring_overrides(
+        judge, judge_url, mode, vote_mode, m, web_port=web_port, data_dir=data_dir
+    )
     settings = settings_with_scoring(overrides)
     s = settings.scoring
-    typer.echo(f"scoring worker: judge={s.judge}"
-               + (" (deterministic heuristic judge, no model)" if s.judge == "rules"
-                  else f" urls={list(s.judge_urls)}")
-               + f" mode={s.mode} vote_mode={s.vote_mode} m={s.m} "
-               f"kafka={settings.bootstrap_servers}", err=True)
+    typer.echo(
+        f"scoring worker: judge={s.judge}"
+        + (
+            " (deterministic heuristic judge, no model)"
+            if s.judge == "rules"
+            else f" urls={list(s.judge_urls)}"
+        )
+        + f" mode={s.mode} vote_mode={s.vote_mode} m={s.m} "
+        f"kafka={settings.bootstrap_servers}",
+        err=True,
+    )
     run_worker(settings, loglevel=loglevel)

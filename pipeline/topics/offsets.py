@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 
 from pipeline.broker.clients import consumer_config
 from pipeline.settings import Settings
@@ -19,4 +24,32 @@ def end_offsets(settings: Settings, topics: list[str]) -> dict[str, int]:
             totals[topic] = sum(consumer.end_offsets(tps).values()) if tps else 0
         return totals
     finally:
+        consumer.close()
+
+
+def group_lag(settings: Settings, group_id: str, topics: list[str]) -> int | None:
+    """Records in ``topics`` that consumer group ``group_id`` has not committed yet.
+
+    None when the broker cannot tell right now (its group coordinator is still
+    starting, for example); callers ask again.
+    """
+    from pipeline.broker.clients import admin_client
+
+    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+    admin = admin_client(settings)
+    try:
+        tps = [
+            TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or set()
+        ]
+        ends = consumer.end_offsets(tps)
+        try:
+            committed = admin.list_group_offsets({group_id: tps}).get(group_id, {})
+        except (CoordinatorNotAvailableError, NotCoordinatorError, CoordinatorLoadInProgressError):
+            return None
+        return sum(
+            end - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
+            for tp, end in ends.items()
+        )
+    finally:
+        admin.close()
         consumer.close()

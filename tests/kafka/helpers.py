@@ -46,3 +46,20 @@ def turnstream(
         text=True,
         timeout=timeout,
     )
+
+
+def spawn(
+    args: list[str],
+    log: os.PathLike[str] | str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    """Start ``python -m ARGS`` in its own process group, output to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args],
+            env={**(env or os.environ), "PYTHONPATH": os.getcwd()},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )

@@ -1,29 +1,58 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from pathlib import Path
 
+from pipeline.events import Sample, SessionEnd, Turn, decode_as, decode_input
 from pipeline.settings import Settings
+from tests.conftest import REPO
 from tests.kafka.helpers import read_all, turnstream
 
+EXAMPLES = REPO / "examples" / "sessions.jsonl"
 
-def test_demo_applies_topics_sends_examples_and_counts(
-    settings: Settings, cli_env: dict[str, str]
+
+def test_demo_runs_the_pipeline_through_scoring(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    result = turnstream("demo", env=cli_env)
+    result = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"using the cluster at {settings.bootstrap_servers}" in result.stdout
-    assert "sent 310 events" in result.stdout
-    assert _counts(result.stdout, "chat.turns") == (310, 310)
-    assert _counts(result.stdout, "samples.scored") == (0, 0)
-    assert len(read_all(settings, settings.topics.chat_turns.name)) == 310
-    again = turnstream("demo", env=cli_env)
+    out = result.stdout
+    assert f"using the cluster at {settings.bootstrap_servers}" in out
+    assert "judge: rules (a deterministic heuristic judge" in out
+    assert "sent 310 events" in out
+    assert _counts(out, "chat.turns") == (310, 310)
+    assert _counts(out, "turns.paired") == (209, 209)
+    assert _counts(out, "samples.scored") == (209, 209)
+    scored = [
+        decode_as(Sample, r.value) for r in read_all(settings, settings.topics.samples_scored.name)
+    ]
+    by_score = {f"{s:+g}": n for s, n in Counter(x.score for x in scored).items()}
+    for score, n in by_score.items():
+        assert re.search(rf"samples scored {re.escape(score)}\s*│\s*{n}\b", out), score
+    excluded = Counter(x.exclude_reason for x in scored if x.exclude_reason)
+    assert re.search(rf"excluded: no_next_state\s*│\s*{excluded['no_next_state']}\b", out)
+    again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env)
+    assert again.returncode == 0, again.stdout + again.stderr
     assert "topics: already match topics.yaml" in again.stdout
     assert _counts(again.stdout, "chat.turns") == (310, 620)
-    assert len(read_all(settings, settings.topics.chat_turns.name)) == 620
+    # The same events again: sessions still open remember their turns and ignore
+    # them as duplicates; sessions that ended were forgotten and pair again.
+    repaired = _main_turns_of_ended_sessions()
+    assert 0 < repaired < 209
+    assert _counts(again.stdout, "samples.scored") == (repaired, 209 + repaired)
+
+
+def _main_turns_of_ended_sessions() -> int:
+    events = [decode_input(line) for line in EXAMPLES.read_bytes().splitlines()]
+    ended = {e.session_id for e in events if isinstance(e, SessionEnd)}
+    return sum(
+        1 for e in events if isinstance(e, Turn) and e.turn_type == "main" and e.session_id in ended
+    )
 
 
 def _counts(table: str, topic: str) -> tuple[int, int]:
     """(this run, total) from the demo's table row of ``topic``."""
-    row = next(line for line in table.splitlines() if f".{topic} " in line)
+    row = next(line for line in table.splitlines() if f".{topic} " in line and "│" in line)
     this_run, total = re.findall(r"\b(\d+)\b", row.split(topic, 1)[1])
     return int(this_run), int(total)

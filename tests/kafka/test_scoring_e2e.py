@@ -1,0 +1,233 @@
+"""Scoring end to end: real broker, two worker processes, the judge simulator over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.broker.local import free_port_pair
+from pipeline.events import DeadLetter, RetryRecord, Sample, Turn, decode_as, decode_input
+from pipeline.settings import Settings
+from pipeline.topics import admin
+from pipeline.topics.offsets import end_offsets
+from tests.conftest import REPO
+from tests.kafka.helpers import read_all, spawn, turnstream
+
+EXAMPLES = REPO / "examples" / "sessions.jsonl"
+
+
+def main_turn_ids() -> set[str]:
+    ids = set()
+    for line in EXAMPLES.read_bytes().splitlines():
+        event = decode_input(line)
+        if isinstance(event, Turn) and event.turn_type == "main":
+            ids.add(event.sample_id)
+    return ids
+
+
+def no_next_state_ids() -> int:
+    """Main turns the examples leave without a next state (flushed by session_end)."""
+    from pipeline.scoring.pairing import pair_step
+
+    states: dict = {}
+    count = 0
+    for line in EXAMPLES.read_bytes().splitlines():
+        event = decode_input(line)
+        step = pair_step(states.get(event.session_id), event, 1.0, 1800.0)
+        states[event.session_id] = step.state
+        count += sum(1 for p in step.pairs if p.next_state is None)
+    return count
+
+
+@pytest.fixture
+def judge_sim(tmp_path: Path) -> Iterator[str]:
+    """The judge simulator (a test double) with faults: 5xx and malformed outputs."""
+    port = free_port_pair()
+    proc = spawn(
+        [
+            "pipeline.testing.judge_sim",
+            "--port",
+            str(port),
+            "--error-rate",
+            "0.3",
+            "--malformed-rate",
+            "0.1",
+            "--latency-ms",
+            "5",
+            "--slots",
+            "32",
+            "--seed",
+            "11",
+        ],
+        tmp_path / "sim.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_http(url + "/health", proc)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _wait_http(url: str, proc: subprocess.Popen) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"judge simulator exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def start_worker(env: dict[str, str], url: str, data_dir: Path, log: Path) -> subprocess.Popen:
+    args = [
+        "pipeline.cli",
+        "worker",
+        "--judge",
+        "sglang",
+        "--judge-url",
+        url,
+        "--web-port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--loglevel",
+        "warn",
+    ]
+    return spawn(args, log, env)
+
+
+def wait_for(settings: Settings, want: int, timeout_s: float, procs: list) -> None:
+    names = [settings.topics.samples_scored.name, settings.topics.samples_retry.name]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        counts = end_offsets(settings, names)
+        if sum(counts.values()) >= want:
+            return
+        for proc in procs:
+            assert proc.poll() is None, f"worker exited with {proc.returncode}"
+        time.sleep(1)
+    raise AssertionError(f"only {counts} of {want} records after {timeout_s}s")
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_two_workers_score_every_main_turn_with_judge_faults(
+    settings: Settings, cli_env: dict[str, str], judge_sim: str, tmp_path: Path
+) -> None:
+    admin.apply(settings)
+    env = {
+        **cli_env,
+        "TURNSTREAM_SCORING_JUDGE_MAX_ATTEMPTS": "2",
+        "TURNSTREAM_SCORING_JUDGE_TIMEOUT_S": "5",
+    }
+    assert turnstream("produce", str(EXAMPLES), env=env).returncode == 0
+    # An undecodable record on chat.turns must not stop anything.
+    from kafka import KafkaProducer
+
+    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    raw.send(settings.topics.chat_turns.name, key=b"junk", value=b"\xff not json")
+    raw.flush()
+    raw.close()
+
+    expected = main_turn_ids()
+    workers = [
+        start_worker(env, judge_sim, tmp_path / f"w{i}", tmp_path / f"w{i}.log") for i in range(2)
+    ]
+    try:
+        wait_for(settings, len(expected), 90, workers)
+    finally:
+        stop(workers)
+    logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
+
+    scored = [
+        decode_as(Sample, r.value) for r in read_all(settings, settings.topics.samples_scored.name)
+    ]
+    retried = [
+        decode_as(RetryRecord, r.value)
+        for r in read_all(settings, settings.topics.samples_retry.name)
+    ]
+    scored_ids = {s.sample_id for s in scored}
+    retry_ids = {r.paired.sample_id for r in retried}
+    assert scored_ids | retry_ids == expected, logs[-3000:]
+    assert not scored_ids & retry_ids
+    assert retried, "with 30% 5xx and 2 attempts some pairs must fail over to samples.retry"
+    assert all("HTTP 503" in r.error for r in retried)
+    reasons = Counter(s.exclude_reason for s in scored)
+    assert reasons["no_next_state"] == no_next_state_ids()
+    for sample in scored:
+        assert sample.judge.backend == "sglang" and sample.mode == "rl"
+        if sample.next_state is None:
+            assert sample.judge_calls == 0 and sample.votes == [] and sample.loss_mask == 0
+        else:
+            assert sample.judge_calls == 3 and len(sample.votes) == 3
+            assert sample.loss_mask == (0 if sample.exclude_reason else 1)
+    dead = [
+        decode_as(DeadLetter, r.value) for r in read_all(settings, settings.topics.deadletter.name)
+    ]
+    assert [d.stage for d in dead] == ["pair"] and "not valid UTF-8" in dead[0].error
+    assert dead[0].source.startswith(settings.topics.chat_turns.name + "/")
+
+    # The failed pairs are judged again once the judge is healthy.
+    requeue = turnstream("retry", env=env)
+    assert requeue.returncode == 0, requeue.stderr
+    assert f"requeued {len(retried)} pair(s)" in requeue.stdout
+    healthy = _healthy_sim(tmp_path)
+    worker = start_worker(env, healthy, tmp_path / "w0", tmp_path / "w2.log")
+    try:
+        deadline = time.monotonic() + 120
+        while (final := scored_ids_now(settings)) != expected and time.monotonic() < deadline:
+            assert worker.poll() is None, (tmp_path / "w2.log").read_text()[-3000:]
+            time.sleep(1)
+    finally:
+        stop([worker])
+    assert final == expected
+
+
+def scored_ids_now(settings: Settings) -> set[str]:
+    return {
+        decode_as(Sample, r.value).sample_id
+        for r in read_all(settings, settings.topics.samples_scored.name)
+    }
+
+
+def _healthy_sim(tmp_path: Path) -> str:
+    port = free_port_pair()
+    proc = spawn(["pipeline.testing.judge_sim", "--port", str(port)], tmp_path / "sim2.log")
+    url = f"http://127.0.0.1:{port}"
+    _wait_http(url + "/health", proc)
+    _HEALTHY.append(proc)
+    return url
+
+
+_HEALTHY: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_healthy() -> Iterator[None]:
+    yield
+    for proc in _HEALTHY:
+        proc.terminate()
+        proc.wait(timeout=10)
+    _HEALTHY.clear()
