@@ -16,6 +16,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
@@ -27,6 +28,7 @@ from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
 from pipeline.settings import Settings
+from pipeline.topics.offsets import group_lag
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,14 @@ def _chat_renderer(tokenizer_path: Any) -> Any:
     )
 
 
-def build_app(settings: Settings, judge: Judge) -> faust.App:
-    """The Faust app of one scoring worker (agents, table, timer)."""
+Sender = Callable[[list[Out]], Awaitable[None]]
+
+
+def build_app(settings: Settings, judge: Judge, sender: Sender | None = None) -> faust.App:
+    """The Faust app of one scoring worker (agents, table, timer).
+
+    ``sender`` replaces the Kafka sends (tests observe the agents' output with it).
+    """
     s, topics = settings.scoring, settings.topics
     app = faust.App(
         settings.topic_prefix + s.group_id,
@@ -123,9 +131,11 @@ def build_app(settings: Settings, judge: Judge) -> faust.App:
     pairing = PairingStage(topics, s.idle_timeout_s)
     judging = JudgeStage(topics, judge, s.mode)
 
-    async def send(outs: list[Out]) -> None:
+    async def send_to_kafka(outs: list[Out]) -> None:
         for out in outs:
             await outputs[out.topic].send(key=out.key, value=out.value)
+
+    send = sender or send_to_kafka
 
     @app.agent(turns, name="pair")
     async def pair(stream: StreamT) -> None:
@@ -161,6 +171,14 @@ def build_app(settings: Settings, judge: Judge) -> faust.App:
                     emitter.result()  # surface a crash of the emitter
         finally:
             emitter.cancel()
+
+    @app.timer(interval=10.0)
+    async def report_lag() -> None:
+        group = settings.topic_prefix + s.group_id
+        for spec in (topics.chat_turns, topics.turns_paired):
+            lag = await asyncio.to_thread(group_lag, settings, group, [spec.name])
+            if lag is not None:
+                metrics.LAG.labels(spec.logical).set(lag)
 
     flagged: dict[str, float] = {}
 

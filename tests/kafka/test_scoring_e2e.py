@@ -90,7 +90,9 @@ def _wait_http(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
-def start_worker(env: dict[str, str], url: str, data_dir: Path, log: Path) -> subprocess.Popen:
+def start_worker(
+    env: dict[str, str], url: str, data_dir: Path, log: Path, web_port: int = 0
+) -> subprocess.Popen:
     args = [
         "pipeline.cli",
         "worker",
@@ -99,13 +101,26 @@ def start_worker(env: dict[str, str], url: str, data_dir: Path, log: Path) -> su
         "--judge-url",
         url,
         "--web-port",
-        "0",
+        str(web_port),
         "--data-dir",
         str(data_dir),
         "--loglevel",
         "warn",
     ]
     return spawn(args, log, env)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Prometheus samples of a worker's /metrics, by name with labels."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("turnstream_"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
 
 
 def wait_for(settings: Settings, want: int, timeout_s: float, procs: list) -> None:
@@ -171,7 +186,15 @@ def test_two_workers_score_every_main_turn_with_judge_faults(
     scored_ids = {s.sample_id for s in scored}
     retry_ids = {r.paired.sample_id for r in retried}
     assert scored_ids | retry_ids == expected, logs[-3000:]
-    assert not scored_ids & retry_ids
+    # At-least-once: a rebalance can hand a pair to the other worker before its
+    # offset was committed, so it may be judged twice (and land in both topics).
+    # The sample_id makes those duplicates collapse downstream.
+    duplicates = len(scored) + len(retried) - len(expected)
+    print(
+        f"e2e counts: expected={len(expected)} scored={len(scored)} "
+        f"retried={len(retried)} duplicates={duplicates} "
+        f"excluded={dict(Counter(s.exclude_reason for s in scored))}"
+    )
     assert retried, "with 30% 5xx and 2 attempts some pairs must fail over to samples.retry"
     assert all("HTTP 503" in r.error for r in retried)
     reasons = Counter(s.exclude_reason for s in scored)
