@@ -113,6 +113,12 @@ class ScoringSettings(BaseSettings):
     judge_max_attempts: int = Field(4, ge=1, description="per request, with backoff")
     judge_concurrency: int = Field(64, ge=1, description="HTTP requests in flight per worker")
     mode: Literal["rl", "opd", "combine"] = "rl"
+    policy_tokenizer: Path | None = Field(
+        None,
+        description="local tokenizer of the policy, for OPD teacher prompts (opd and combine "
+        "with an SGLang judge)",
+    )
+    teacher_top_k: int = Field(0, ge=0, description="top-K teacher log-probs (0 = off)")
     vote_mode: Literal["fixed", "early_stop"] = "fixed"
     m: int = Field(3, ge=1, description="eval votes per turn")
     hint_m: int = Field(1, ge=1, description="hint votes per turn (opd, combine)")

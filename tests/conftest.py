@@ -69,3 +69,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/kafka/" in str(item.fspath):
             item.add_marker(pytest.mark.kafka)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small local tokenizer with a chat template (nothing can be downloaded)."""
+    from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+
+    corpus = (REPO / "examples" / "sessions.jsonl").read_text().splitlines()[:60]
+    return make_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"), corpus, vocab_size=400)

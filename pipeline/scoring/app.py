@@ -22,11 +22,13 @@ from typing import Any
 import faust
 from faust.types import StreamT
 
+from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
+from pipeline.scoring.teacher import PolicyTokenizer, Teacher
 from pipeline.settings import Settings
 from pipeline.topics.offsets import group_lag
 
@@ -52,10 +54,12 @@ def faust_credentials(settings: Settings) -> Any:
     return faust.SSLCredentials(context) if context else None
 
 
-def build_judge(settings: Settings) -> tuple[Judge, JudgeClient | None]:
-    """The configured judge, and its HTTP client (to open and close) if it has one."""
+def build_judge(settings: Settings) -> tuple[Judge, Teacher | None]:
+    """The configured judge, and the OPD teacher when the mode needs one."""
     s = settings.scoring
     if s.judge == "rules":
+        if s.mode != "rl":
+            log.warning("the rules judge gives hints but no teacher log-probs (mode %s)", s.mode)
         return RulesJudge(), None
     render = _chat_renderer(s.judge_tokenizer) if s.judge == "sglang" else None
     config = JudgeConfig(
@@ -69,7 +73,20 @@ def build_judge(settings: Settings) -> tuple[Judge, JudgeClient | None]:
     )
     client = JudgeClient(config, render) if render else JudgeClient(config)
     identity = judge_identity(s.judge, s.judge_model, list(s.judge_urls))
-    return HttpJudge(client, identity, m=s.m, vote_mode=s.vote_mode, hint_m=s.hint_m), client
+    judge = HttpJudge(client, identity, m=s.m, vote_mode=s.vote_mode, hint_m=s.hint_m)
+    teacher = None
+    if s.mode in ("opd", "combine"):
+        if s.judge != "sglang":
+            raise ConfigError(
+                f"--mode {s.mode} needs teacher log-probs from SGLang /generate: use --judge sglang"
+            )
+        if s.policy_tokenizer is None:
+            raise ConfigError(
+                f"--mode {s.mode} needs TURNSTREAM_SCORING_POLICY_TOKENIZER (a local "
+                "tokenizer directory) to build the teacher prompt"
+            )
+        teacher = Teacher(client, PolicyTokenizer(s.policy_tokenizer), s.teacher_top_k)
+    return judge, teacher
 
 
 def _chat_renderer(tokenizer_path: Any) -> Any:
@@ -88,7 +105,12 @@ def _chat_renderer(tokenizer_path: Any) -> Any:
 Sender = Callable[[list[Out]], Awaitable[None]]
 
 
-def build_app(settings: Settings, judge: Judge, sender: Sender | None = None) -> faust.App:
+def build_app(
+    settings: Settings,
+    judge: Judge,
+    sender: Sender | None = None,
+    teacher: Teacher | None = None,
+) -> faust.App:
     """The Faust app of one scoring worker (agents, table, timer).
 
     ``sender`` replaces the Kafka sends (tests observe the agents' output with it).
@@ -129,7 +151,7 @@ def build_app(settings: Settings, judge: Judge, sender: Sender | None = None) ->
     }
     sessions = app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
     pairing = PairingStage(topics, s.idle_timeout_s)
-    judging = JudgeStage(topics, judge, s.mode)
+    judging = JudgeStage(topics, judge, s.mode, teacher)
 
     async def send_to_kafka(outs: list[Out]) -> None:
         for out in outs:
@@ -226,8 +248,8 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
         ],
     )
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
-    judge, _client = build_judge(settings)
-    app = build_app(settings, judge)
+    judge, teacher = build_judge(settings)
+    app = build_app(settings, judge, teacher=teacher)
     metrics.serve(settings.scoring.web_port)
     log.info("judge: %s", judge.identity.model_dump())
     Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pipeline.scoring.judge.voting import (
     hint_votes,
 )
 from pipeline.scoring.mask import decide_mask
+from pipeline.scoring.teacher import Teacher
 
 Mode = Literal["rl", "opd", "combine"]
 
@@ -100,7 +102,9 @@ def judge_identity(
     return JudgeIdentity(backend=backend, model=model, prompt_version=PROMPT_VERSION, urls=urls)
 
 
-async def score_pair(paired: Paired, judge: Judge, mode: Mode) -> Sample:
+async def score_pair(
+    paired: Paired, judge: Judge, mode: Mode, teacher: Teacher | None = None
+) -> Sample:
     """Judge a pair (no call when it has no next state) and attach its loss mask.
 
     Raises JudgeUnavailable when the judge cannot be reached: the caller sends
@@ -116,11 +120,18 @@ async def score_pair(paired: Paired, judge: Judge, mode: Mode) -> Sample:
             next_state.role,
             render_content(next_state.content),
         )
-        if mode in ("rl", "combine"):
+        if mode == "combine":  # eval and hint votes at the same time
+            ev, hi = await asyncio.gather(judge.eval(*args), judge.hint(*args))
+        elif mode == "rl":
             ev = await judge.eval(*args)
-        if mode in ("opd", "combine"):
+        else:
             hi = await judge.hint(*args)
-    return build_sample(paired, judge.identity, mode, ev, hi, time.monotonic() - started)
+    teacher_lp = None
+    if hi is not None and hi.hint and teacher is not None:
+        teacher_lp = await teacher.logprobs(turn, hi.hint)
+    return build_sample(
+        paired, judge.identity, mode, ev, hi, time.monotonic() - started, teacher_lp
+    )
 
 
 def build_sample(
@@ -130,6 +141,7 @@ def build_sample(
     ev: EvalResult | None,
     hi: HintResult | None,
     judge_s: float,
+    teacher_logprobs: list[float] | None = None,
 ) -> Sample:
     """The scored sample of a pair, with votes, mask and reason."""
     turn, has_next = paired.turn, paired.next_state is not None
@@ -160,6 +172,7 @@ def build_sample(
         loss_mask=mask,
         mode=mode,
         hint=hi.hint if hi else None,
+        teacher_logprobs=teacher_logprobs,
         policy_version=turn.policy_version,
         judge=identity,
         timings=timings,

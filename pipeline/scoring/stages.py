@@ -29,6 +29,7 @@ from pipeline.scoring import metrics
 from pipeline.scoring.judge.client import JudgeUnavailable
 from pipeline.scoring.pairing import SessionState, pair_step
 from pipeline.scoring.score import Judge, Mode, score_pair
+from pipeline.scoring.teacher import Teacher
 from pipeline.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,15 @@ class PairingStage:
 class JudgeStage:
     """turns.paired record -> scored sample, retry record, or dead letter."""
 
-    def __init__(self, topics: Topics, judge: Judge, mode: Mode) -> None:
+    def __init__(
+        self, topics: Topics, judge: Judge, mode: Mode, teacher: Teacher | None = None
+    ) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
         self.dead = DeadLetters(topics)
         self.judge = judge
         self.mode = mode
+        self.teacher = teacher
 
     async def handle(self, raw: bytes, key: bytes | None, source: str) -> list[Out]:
         try:
@@ -133,7 +137,7 @@ class JudgeStage:
         session_key = paired.turn.session_id.encode()
         metrics.IN_FLIGHT.inc()
         try:
-            sample = await score_pair(paired, self.judge, self.mode)
+            sample = await score_pair(paired, self.judge, self.mode, self.teacher)
         except JudgeUnavailable as exc:
             metrics.RETRIES.inc()
             record = RetryRecord(

@@ -1,0 +1,73 @@
+"""OPD teacher log-probs: the judge scores the original response under a hinted prompt.
+
+The teacher prompt is the turn's prompt with the selected hint appended to the
+last user message (or to the last message if there is none), rendered with
+the policy's chat template. The response tokens are the turn's own
+``response_ids`` when it has them, else the response text tokenised by the
+same tokenizer. SGLang ``/generate`` then returns the log-prob of each
+response token with ``max_new_tokens: 0`` and ``logprob_start_len`` = the
+prompt length.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.events import Turn
+from pipeline.scoring.judge.client import JudgeClient
+
+HINT_MARKER = "[user's hint / instruction]"
+
+
+def with_hint(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with the hint appended to the last user message."""
+    out = [dict(m) for m in messages]
+    users = [i for i, m in enumerate(out) if m.get("role") == "user"]
+    target = out[users[-1] if users else -1]
+    addition = f"\n\n{HINT_MARKER}\n{hint}"
+    content = target.get("content")
+    if isinstance(content, list):
+        target["content"] = [*content, {"type": "text", "text": addition}]
+    else:
+        target["content"] = (content or "") + addition
+    return out
+
+
+class PolicyTokenizer:
+    """The policy's tokenizer and chat template, from a local directory."""
+
+    def __init__(self, path: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.path = path
+        self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+    def teacher_input(self, turn: Turn, hint: str) -> tuple[list[int], int]:
+        """(input_ids of hinted prompt + response, number of response tokens)."""
+        messages = with_hint([m.model_dump(exclude_none=True) for m in turn.messages], hint)
+        tools: list[Any] | None = list(turn.tools) if turn.tools else None
+        text = self.tok.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True
+        )
+        prompt_ids = self.tok.encode(text, add_special_tokens=False)
+        response_ids = turn.response_ids
+        if response_ids is None:
+            response_ids = self.tok.encode(turn.response.content or "", add_special_tokens=False)
+        return list(prompt_ids) + list(response_ids), len(response_ids)
+
+
+class Teacher:
+    """Teacher log-probs of a turn's response under its hinted prompt (SGLang)."""
+
+    def __init__(self, client: JudgeClient, tokenizer: PolicyTokenizer, top_k: int = 0) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.top_k = top_k
+
+    async def logprobs(self, turn: Turn, hint: str) -> list[float]:
+        input_ids, response_len = self.tokenizer.teacher_input(turn, hint)
+        if response_len == 0:
+            return []
+        out = await self.client.teacher_logprobs(input_ids, response_len, self.top_k)
+        return list(out["logprobs"])
