@@ -47,6 +47,7 @@ format: setup
 
 bench: setup kafka-jars
 	$(BIN)/python benchmarks/produce.py
+	$(BIN)/python benchmarks/votes.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

@@ -38,9 +38,11 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert _counts(again.stdout, "chat.turns") == (310, 620)
     # The same events again: sessions still open remember their turns and ignore
     # them as duplicates; sessions that ended were forgotten and pair again.
+    # (A restart may re-pair a few more: at-least-once, same sample_ids.)
     repaired = _main_turns_of_ended_sessions()
     assert 0 < repaired < 209
-    assert _counts(again.stdout, "samples.scored") == (repaired, 209 + repaired)
+    this_run, total = _counts(again.stdout, "samples.scored")
+    assert repaired <= this_run < 209 and total == 209 + this_run
 
 
 def _main_turns_of_ended_sessions() -> int:
