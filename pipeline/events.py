@@ -158,6 +158,9 @@ class Sample(_Strict):
     mode: Literal["rl", "opd", "combine"]
     hint: str | None = None
     teacher_logprobs: list[float] | None = None
+    teacher_top_logprobs: list[list[tuple[float, int]]] | None = Field(
+        None, description="per response token, the teacher's top-K (log-prob, token id)"
+    )
     policy_version: int | None = None
     judge: JudgeIdentity
     timings: dict[str, float] = Field(default_factory=dict)

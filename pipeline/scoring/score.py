@@ -19,7 +19,7 @@ from pipeline.scoring.judge.voting import (
     hint_votes,
 )
 from pipeline.scoring.mask import decide_mask
-from pipeline.scoring.teacher import Teacher
+from pipeline.scoring.teacher import Teacher, TeacherOutput
 
 Mode = Literal["rl", "opd", "combine"]
 
@@ -126,11 +126,11 @@ async def score_pair(
             ev = await judge.eval(*args)
         else:
             hi = await judge.hint(*args)
-    teacher_lp = None
+    teacher_out = None
     if hi is not None and hi.hint and teacher is not None:
-        teacher_lp = await teacher.logprobs(turn, hi.hint)
+        teacher_out = await teacher.logprobs(turn, hi.hint)
     return build_sample(
-        paired, judge.identity, mode, ev, hi, time.monotonic() - started, teacher_lp
+        paired, judge.identity, mode, ev, hi, time.monotonic() - started, teacher_out
     )
 
 
@@ -141,7 +141,7 @@ def build_sample(
     ev: EvalResult | None,
     hi: HintResult | None,
     judge_s: float,
-    teacher_logprobs: list[float] | None = None,
+    teacher: TeacherOutput | None = None,
 ) -> Sample:
     """The scored sample of a pair, with votes, mask and reason."""
     turn, has_next = paired.turn, paired.next_state is not None
@@ -172,7 +172,8 @@ def build_sample(
         loss_mask=mask,
         mode=mode,
         hint=hi.hint if hi else None,
-        teacher_logprobs=teacher_logprobs,
+        teacher_logprobs=teacher.logprobs if teacher else None,
+        teacher_top_logprobs=teacher.top_logprobs if teacher else None,
         policy_version=turn.policy_version,
         judge=identity,
         timings=timings,

@@ -11,6 +11,7 @@ prompt length.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,12 @@ class PolicyTokenizer:
         return list(prompt_ids) + list(response_ids), len(response_ids)
 
 
+@dataclass(frozen=True)
+class TeacherOutput:
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[float, int]]] | None  # per token: top-K (log-prob, id)
+
+
 class Teacher:
     """Teacher log-probs of a turn's response under its hinted prompt (SGLang)."""
 
@@ -65,9 +72,12 @@ class Teacher:
         self.tokenizer = tokenizer
         self.top_k = top_k
 
-    async def logprobs(self, turn: Turn, hint: str) -> list[float]:
+    async def logprobs(self, turn: Turn, hint: str) -> TeacherOutput:
         input_ids, response_len = self.tokenizer.teacher_input(turn, hint)
         if response_len == 0:
-            return []
+            return TeacherOutput([], [] if self.top_k else None)
         out = await self.client.teacher_logprobs(input_ids, response_len, self.top_k)
-        return list(out["logprobs"])
+        top = None
+        if self.top_k:
+            top = [[(float(e[0]), int(e[1])) for e in position] for position in out["top_logprobs"]]
+        return TeacherOutput(list(out["logprobs"]), top)

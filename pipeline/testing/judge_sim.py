@@ -31,7 +31,8 @@ class SimConfig:
     agreement: float = 0.8
     hint: str = "Read the tool output carefully and quote the exact figure it returns."
     latency_ms: float = 0.0
-    latency_jitter_ms: float = 0.0
+    latency_jitter_ms: float = 0.0  # uniform: latency_ms ± jitter
+    latency_dist: str = "uniform"  # or "exponential" (mean latency_ms)
     slots: int = 64
     error_rate: float = 0.0  # answered with HTTP 503
     timeout_rate: float = 0.0  # never answered in time
@@ -102,6 +103,12 @@ class JudgeSimulator:
             return f"The next state shows a gap.\n\\boxed{{1}}\n[HINT_START]{cfg.hint}[HINT_END]"
         return f"Weighing the next state as evidence.\n\\boxed{{{vote}}}"
 
+    def latency_ms(self) -> float:
+        cfg = self.config
+        if cfg.latency_dist == "exponential" and cfg.latency_ms > 0:
+            return self.rng.expovariate(1.0 / cfg.latency_ms)
+        return max(0.0, cfg.latency_ms + self.rng.uniform(-1, 1) * cfg.latency_jitter_ms)
+
     async def _serve(self) -> str | None:
         """Take a slot for one call; None means answer normally, else the fault to show."""
         cfg = self.config
@@ -115,7 +122,7 @@ class JudgeSimulator:
                 if fault < cfg.timeout_rate:
                     self.stats.timeouts += 1
                     await asyncio.sleep(3600)
-                delay = cfg.latency_ms + self.rng.uniform(-1, 1) * cfg.latency_jitter_ms
+                delay = self.latency_ms()
                 if delay > 0:
                     await asyncio.sleep(delay / 1000)
                 if fault < cfg.timeout_rate + cfg.error_rate:
@@ -230,6 +237,7 @@ def main() -> None:
     parser.add_argument("--agreement", type=float, default=0.8)
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--latency-jitter-ms", type=float, default=0.0)
+    parser.add_argument("--latency-dist", choices=["uniform", "exponential"], default="uniform")
     parser.add_argument("--slots", type=int, default=64)
     parser.add_argument("--error-rate", type=float, default=0.0)
     parser.add_argument("--timeout-rate", type=float, default=0.0)
@@ -241,6 +249,7 @@ def main() -> None:
         agreement=args.agreement,
         latency_ms=args.latency_ms,
         latency_jitter_ms=args.latency_jitter_ms,
+        latency_dist=args.latency_dist,
         slots=args.slots,
         error_rate=args.error_rate,
         timeout_rate=args.timeout_rate,

@@ -254,3 +254,53 @@ def _stop_healthy() -> Iterator[None]:
         proc.terminate()
         proc.wait(timeout=10)
     _HEALTHY.clear()
+
+
+def test_idle_session_is_flushed_through_the_log(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    admin.apply(settings)
+    env = {
+        **cli_env,
+        "TURNSTREAM_SCORING_IDLE_TIMEOUT_S": "2",
+        "TURNSTREAM_SCORING_IDLE_CHECK_INTERVAL_S": "0.5",
+    }
+    events = tmp_path / "idle.jsonl"
+    events.write_text(
+        '{"type": "turn", "session_id": "quiet", "turn_index": 0, "turn_type": "main", '
+        '"messages": [{"role": "user", "content": "list files"}], '
+        '"response": {"content": "a.txt b.txt"}, "ts": 1.0}\n'
+    )
+    assert turnstream("produce", str(events), env=env).returncode == 0
+    worker = spawn(
+        [
+            "pipeline.cli",
+            "worker",
+            "--web-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "w"),
+            "--loglevel",
+            "warn",
+        ],
+        tmp_path / "w.log",
+        env,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not read_all(settings, settings.topics.samples_scored.name):
+            assert time.monotonic() < deadline, (tmp_path / "w.log").read_text()[-2000:]
+            assert worker.poll() is None, (tmp_path / "w.log").read_text()[-2000:]
+            time.sleep(0.5)
+    finally:
+        stop([worker])
+    [record] = read_all(settings, settings.topics.samples_scored.name)
+    sample = decode_as(Sample, record.value)
+    assert (sample.sample_id, sample.exclude_reason, sample.judge_calls) == (
+        "quiet:0",
+        "no_next_state",
+        0,
+    )
+    ends = [decode_input(r.value) for r in read_all(settings, settings.topics.chat_turns.name)]
+    idle = [e for e in ends if e.type == "session_end"]
+    assert len(idle) == 1 and idle[0].reason == "idle_timeout"  # type: ignore[union-attr]

@@ -119,3 +119,54 @@ def test_opd_needs_sglang_and_a_policy_tokenizer(monkeypatch: pytest.MonkeyPatch
     )
     with pytest.raises(ConfigError, match="TURNSTREAM_SCORING_POLICY_TOKENIZER"):
         build_judge(no_tok)
+
+
+async def test_top_k_teacher_logprobs_are_kept_per_token(tiny_tokenizer: Path) -> None:
+    server = TestServer(
+        JudgeSimulator(SimConfig(agreement=1.0, vote_dist={1: 1.0})).app(), host="127.0.0.1"
+    )
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+    try:
+        async with JudgeClient(JudgeConfig(backend="sglang", urls=[url])) as client:
+            judge = HttpJudge(client, judge_identity("sglang", "sim", [url]))
+            teacher = Teacher(client, PolicyTokenizer(tiny_tokenizer), top_k=3)
+            sample = await score_pair(paired([4, 5, 6]), judge, "opd", teacher)
+    finally:
+        await server.close()
+    assert sample.teacher_top_logprobs is not None and len(sample.teacher_top_logprobs) == 3
+    assert all(len(position) == 3 for position in sample.teacher_top_logprobs)
+    assert all(
+        lp < 0 and isinstance(tid, int) for p in sample.teacher_top_logprobs for lp, tid in p
+    )
+
+
+def test_sglang_prompts_use_the_judge_tokenizer_chat_template(tiny_tokenizer: Path) -> None:
+    from pipeline.scoring.app import build_judge
+    from pipeline.settings import ScoringSettings, Settings
+
+    settings = Settings(
+        scoring=ScoringSettings(
+            judge="sglang", judge_urls=["http://127.0.0.1:9"], judge_tokenizer=tiny_tokenizer
+        )
+    )
+    judge, teacher = build_judge(settings)
+    assert teacher is None
+    text = judge.client.render(
+        [
+            {"role": "system", "content": "S"},  # type: ignore[attr-defined]
+            {"role": "user", "content": "U"},
+        ]
+    )
+    assert (
+        text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_simulator_latency_distributions() -> None:
+    sim = JudgeSimulator(SimConfig(latency_ms=100, latency_dist="exponential", seed=1))
+    draws = [sim.latency_ms() for _ in range(4000)]
+    assert 90 < sum(draws) / len(draws) < 110 and max(draws) > 300
+    uniform = JudgeSimulator(SimConfig(latency_ms=100, latency_jitter_ms=20))
+    assert all(80 <= uniform.latency_ms() <= 120 for _ in range(1000))

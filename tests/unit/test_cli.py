@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_every_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("kafka", "topics", "produce", "worker", "retry", "schema", "demo"):
+        assert command in result.output
+
+
+def test_schema_export_writes_valid_json_schemas(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["schema", "export", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert "turn.schema.json" in files and "sample.schema.json" in files
+    turn = json.loads((tmp_path / "turn.schema.json").read_text())
+    assert turn["properties"]["turn_type"]["enum"] == ["main", "side"]
+
+
+def test_strimzi_export_needs_a_known_format() -> None:
+    result = runner.invoke(app, ["topics", "export", "--format", "helm"])
+    assert result.exit_code != 0 and "unknown format" in result.output
+
+
+def test_worker_flags_are_checked_before_anything_starts() -> None:
+    import pytest
+
+    from pipeline.cli.worker import settings_with_scoring
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs at least one --judge-url"):
+        settings_with_scoring({"judge": "sglang"})
+    with pytest.raises(ConfigError, match="early_stop is defined for m=3"):
+        settings_with_scoring({"vote_mode": "early_stop", "m": 5})
+    ok = settings_with_scoring({"judge": "openai", "judge_urls": ["http://127.0.0.1:9"], "m": 5})
+    assert ok.scoring.m == 5 and ok.scoring.judge == "openai"
