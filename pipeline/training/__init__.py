@@ -1,0 +1,1 @@
+"""The trainer: samples.scored into policy updates (losses, engine, consumer)."""
