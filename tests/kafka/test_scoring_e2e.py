@@ -197,7 +197,8 @@ def test_two_workers_score_every_main_turn_with_judge_faults(
     )
     assert retried, "with 30% 5xx and 2 attempts some pairs must fail over to samples.retry"
     assert all("HTTP 503" in r.error for r in retried)
-    reasons = Counter(s.exclude_reason for s in scored)
+    unique = {s.sample_id: s for s in scored}  # duplicates collapse by sample_id
+    reasons = Counter(s.exclude_reason for s in unique.values())
     assert reasons["no_next_state"] == no_next_state_ids()
     for sample in scored:
         assert sample.judge.backend == "sglang" and sample.mode == "rl"
@@ -209,7 +210,8 @@ def test_two_workers_score_every_main_turn_with_judge_faults(
     dead = [
         decode_as(DeadLetter, r.value) for r in read_all(settings, settings.topics.deadletter.name)
     ]
-    assert [d.stage for d in dead] == ["pair"] and "not valid UTF-8" in dead[0].error
+    assert dead and {d.source for d in dead} == {dead[0].source}  # one record (maybe twice)
+    assert dead[0].stage == "pair" and "not valid UTF-8" in dead[0].error
     assert dead[0].source.startswith(settings.topics.chat_turns.name + "/")
 
     # The failed pairs are judged again once the judge is healthy.
