@@ -1,0 +1,132 @@
+"""The trainer's options: one dataclass, a help string per field, loaded from YAML."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+from pydantic.dataclasses import dataclass
+
+from pipeline.errors import ConfigError
+
+
+def opt(default: Any, help: str, **kw: Any) -> Any:
+    """A field with its help text (shown by `turnstream train --help-config`)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    # What to train
+    mode: Literal["rl", "opd", "combine"] = opt(
+        "rl", "advantage: rl reward, opd teacher-old, or combine (both, weighted)"
+    )
+    model_path: str | None = opt(None, "local HF causal LM directory; unset = tiny random model")
+    tokenizer_path: str | None = opt(
+        None, "local tokenizer (policy chat template); defaults to model_path"
+    )
+    tiny_model: dict[str, int] = opt(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+        },
+        "sizes of the random Qwen2-style model used when model_path is unset",
+    )
+    seed: int = opt(1234, "seed for model init and batch order")
+    # Batching
+    rollout_batch_size: int = opt(16, "samples per optimizer step (excluded samples take none)")
+    max_tokens_per_batch: int | None = opt(None, "token budget per step instead of a count")
+    micro_batch_size: int = opt(4, "samples per forward/backward pass")
+    length_bucketing: bool = opt(True, "group samples of similar length into micro-batches")
+    max_seq_len: int = opt(4096, "longer samples are truncated from the left of the prompt")
+    # Optimizer
+    lr: float = opt(1e-5, "Adam learning rate")
+    weight_decay: float = opt(0.1, "AdamW weight decay")
+    betas: list[float] = opt([0.9, 0.98], "Adam betas")
+    grad_clip: float = opt(1.0, "gradient norm clip")
+    # Loss
+    eps_clip: float = opt(0.2, "PPO clip below 1")
+    eps_clip_high: float = opt(0.28, "PPO clip above 1")
+    w_opd: float = opt(1.0, "combine: weight of teacher - old")
+    w_rl: float = opt(1.0, "combine: weight of the reward")
+    kl_coef: float = opt(0.0, "KL-to-reference coefficient (0 = no reference model)")
+    kl_kind: Literal["k1", "k3"] = opt("k3", "KL estimator")
+    entropy_coef: float = opt(0.0, "entropy bonus coefficient")
+    tis_clip: float = opt(2.0, "truncated importance sampling clip for rollout/train mismatch")
+    topk_distill_coef: float = opt(0.0, "weight of top-K reverse KL to the teacher (opd)")
+    # Staleness
+    max_staleness: int = opt(4, "policy versions a sample may lag behind the trainer")
+    stale_policy: Literal["drop", "correct"] = opt(
+        "correct", "stale samples: drop them (counted), or keep them with IS correction"
+    )
+    # DeepSpeed
+    zero_stage: int = opt(1, "ZeRO stage 0-3")
+    bf16: bool = opt(False, "bf16 weights and compute (GPU); fp32 on CPU")
+    gradient_checkpointing: bool = opt(False, "recompute activations in backward")
+    offload_optimizer: bool = opt(False, "ZeRO optimizer state offload to CPU")
+    # Kafka, checkpoints, weight push
+    group_id: str = opt("turnstream-trainer", "consumer group on samples.scored")
+    checkpoint_dir: str = opt(
+        ".turnstream/trainer/ckpt", "checkpoints (model, optimizer, offsets, dedup ledger)"
+    )
+    update_weights_interval: int = opt(1, "push weights every N optimizer steps")
+    weights_dir: str = opt(".turnstream/trainer/weights", "where HF weights are saved for push")
+    policy_urls: list[str] = opt([], "SGLang policy servers to call update_weights_from_disk on")
+    metrics_jsonl: str | None = opt(".turnstream/trainer/metrics.jsonl", "per-step metrics log")
+    max_steps: int | None = opt(None, "stop after this many optimizer steps")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.zero_stage <= 3:
+            raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
+        if self.rollout_batch_size < 1 or self.micro_batch_size < 1:
+            raise ValueError("rollout_batch_size and micro_batch_size must be >= 1")
+        if len(self.betas) != 2:
+            raise ValueError(f"betas needs two values, got {self.betas}")
+
+
+def config_help() -> str:
+    """One line per option: name, default, help."""
+    lines = []
+    for f in dataclasses.fields(TrainerConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        lines.append(f"{f.name:<26} {default!r:<28} {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def load_trainer_config(path: Path | None, **overrides: Any) -> TrainerConfig:
+    """Read a YAML file of options; unknown keys are an error naming the file and key."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read trainer config {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of option: value")
+        data = loaded
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in dataclasses.fields(TrainerConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(
+            f"{path or 'overrides'}: unknown option(s) {unknown}; "
+            "see `turnstream train --help-config`"
+        )
+    try:
+        return TrainerConfig(**data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or "value"
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{path or 'overrides'}: option {where}: {msg}") from exc

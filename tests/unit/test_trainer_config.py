@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.training.config import TrainerConfig, config_help, load_trainer_config
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "configs").glob("trainer-*.yaml")), ids=lambda p: p.name
+)
+def test_every_shipped_trainer_config_loads(path: Path) -> None:
+    config = load_trainer_config(path)
+    assert isinstance(config, TrainerConfig)
+
+
+def test_defaults_match_the_reference() -> None:
+    c = TrainerConfig()
+    assert (c.rollout_batch_size, c.lr, c.weight_decay, list(c.betas)) == (
+        16,
+        1e-5,
+        0.1,
+        [0.9, 0.98],
+    )
+    assert (c.eps_clip, c.eps_clip_high, c.w_opd, c.w_rl, c.tis_clip) == (0.2, 0.28, 1.0, 1.0, 2.0)
+    assert (c.kl_coef, c.entropy_coef) == (0.0, 0.0)
+
+
+def test_every_option_has_help() -> None:
+    text = config_help()
+    assert len(text.splitlines()) == len(TrainerConfig.__dataclass_fields__)
+    assert all(len(line.split(None, 2)) == 3 for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("lr: fast\n", "option lr"),
+        ("learning_rate: 1e-5\n", "unknown option(s) ['learning_rate']"),
+        ("zero_stage: 5\n", "zero_stage must be 0..3"),
+        ("- a\n", "expected a mapping"),
+    ],
+)
+def test_bad_config_is_a_clear_error(tmp_path: Path, yaml_text: str, message: str) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_trainer_config(path)
+    assert message in str(info.value) and str(path) in str(info.value)
