@@ -1,0 +1,236 @@
+"""The policy under DeepSpeed: one optimizer step over a batch of micro-batches.
+
+On CPU (tests, CI, the demo) it runs the same code with ``DS_ACCELERATOR=cpu``,
+the gloo backend and fp32; on GPUs with bf16 and ZeRO 2/3, launched by the
+``deepspeed`` launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pipeline.broker.local import free_port_pair
+from pipeline.training import losses
+from pipeline.training.batch import MicroBatch
+from pipeline.training.config import TrainerConfig
+
+
+def setup_distributed() -> str:
+    """Initialise torch.distributed once (a single process unless a launcher set it up)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for key, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+    ):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(free_port_pair()))
+    import deepspeed
+
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+    return device
+
+
+def build_model(config: TrainerConfig, vocab_size: int) -> torch.nn.Module:
+    """The policy: a local HF checkpoint, or a tiny random Qwen2-style model."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(config.seed)
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    if config.model_path:
+        model = AutoModelForCausalLM.from_pretrained(
+            config.model_path, dtype=dtype, local_files_only=True
+        )
+    else:
+        sizes: dict[str, Any] = dict(config.tiny_model)
+        tiny = Qwen2Config(
+            vocab_size=vocab_size,
+            max_position_embeddings=config.max_seq_len,
+            tie_word_embeddings=True,
+            **sizes,
+        )
+        model = AutoModelForCausalLM.from_config(tiny, dtype=dtype)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": config.zero_stage}
+    if config.offload_optimizer and config.zero_stage > 0:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    return {
+        "train_micro_batch_size_per_gpu": config.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": config.grad_clip,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": config.lr,
+                "betas": list(config.betas),
+                "weight_decay": config.weight_decay,
+            },
+        },
+        "zero_optimization": zero,
+        "bf16": {"enabled": config.bf16},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, L-1] log-prob of each next token, [B, L-1, V] logits)."""
+    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1), logits
+
+
+@dataclass
+class StepMetrics:
+    step: int
+    loss: float
+    pg_loss: float
+    pg_clipfrac: float
+    ppo_kl: float
+    entropy: float
+    kl: float
+    reward_mean: float
+    response_length: float
+    tokens: int
+    tokens_per_s: float
+    train_rollout_logprob_abs_diff: float | None
+
+
+class PolicyEngine:
+    """Holds the DeepSpeed engine; ``train_step`` is one optimizer step."""
+
+    def __init__(self, config: TrainerConfig, vocab_size: int) -> None:
+        import deepspeed
+
+        self.config = config
+        self.device = setup_distributed()
+        model = build_model(config, vocab_size)
+        self.reference = None
+        if config.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.engine, *_ = deepspeed.initialize(
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=deepspeed_config(config),
+        )
+        self.steps = 0
+
+    def _to_device(self, mb: MicroBatch) -> MicroBatch:
+        if self.device == "cpu":
+            return mb
+        moved: dict[str, Any] = {
+            k: v.to(self.device) for k, v in vars(mb).items() if isinstance(v, torch.Tensor)
+        }
+        return dataclasses.replace(mb, **moved)
+
+    @torch.no_grad()
+    def logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        self.engine.eval()
+        logp, _ = token_logprobs(self.engine, self._to_device(mb))
+        self.engine.train()
+        return logp
+
+    def train_step(self, batches: list[MicroBatch]) -> StepMetrics:
+        """One optimizer step: token-mean loss over all micro-batches' response tokens."""
+        started = time.perf_counter()
+        batches = [self._to_device(mb) for mb in batches]
+        train_old = [self.logprobs(mb) for mb in batches]  # before the update
+        total = sum(mb.tokens for mb in batches)
+        sums: dict[str, float] = dict.fromkeys(
+            ("loss", "pg_loss", "clipfrac", "ppo_kl", "entropy", "kl"), 0.0
+        )
+        diffs: list[torch.Tensor] = []
+        self.engine.train()
+        for i, (mb, old_train) in enumerate(zip(batches, train_old, strict=True)):
+            parts = self._micro_loss(mb, old_train)
+            weight = mb.tokens / max(total, 1)
+            self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
+            self.engine.backward(parts["loss"] * weight)
+            for key in sums:
+                sums[key] += float(parts[key].detach()) * weight
+            if bool(mb.has_rollout.any()):
+                sel = mb.response_mask * mb.has_rollout[:, None]
+                diffs.append(((old_train - mb.rollout_logprobs).abs() * sel).sum() / sel.sum())
+        self.engine.step()
+        self.steps += 1
+        elapsed = time.perf_counter() - started
+        rewards = torch.cat([mb.rewards for mb in batches])
+        lengths = torch.cat([mb.response_mask.sum(-1) for mb in batches])
+        return StepMetrics(
+            step=self.steps,
+            loss=sums["loss"],
+            pg_loss=sums["pg_loss"],
+            pg_clipfrac=sums["clipfrac"],
+            ppo_kl=sums["ppo_kl"],
+            entropy=sums["entropy"],
+            kl=sums["kl"],
+            reward_mean=float(rewards.mean()),
+            response_length=float(lengths.float().mean()),
+            tokens=total,
+            tokens_per_s=total / elapsed if elapsed > 0 else 0.0,
+            train_rollout_logprob_abs_diff=float(torch.stack(diffs).mean()) if diffs else None,
+        )
+
+    def _micro_loss(self, mb: MicroBatch, old_train: torch.Tensor) -> dict[str, torch.Tensor]:
+        c = self.config
+        mask = mb.response_mask
+        logp, logits = token_logprobs(self.engine, mb)
+        has_rollout = mb.has_rollout[:, None]
+        old = torch.where(has_rollout, mb.rollout_logprobs, old_train)
+        is_weights = torch.where(
+            has_rollout,
+            losses.truncated_is_weights(old_train, mb.rollout_logprobs, c.tis_clip),
+            torch.ones_like(old_train),
+        )
+        if c.mode == "rl":
+            adv = losses.rl_advantages(mb.rewards, mask)
+        elif c.mode == "opd":
+            adv = losses.opd_advantages(mb.teacher_logprobs, old, mask * mb.has_teacher[:, None])
+        else:
+            adv = losses.combine_advantages(
+                mb.teacher_logprobs * mb.has_teacher[:, None],
+                old * mb.has_teacher[:, None],
+                mb.rewards,
+                mask,
+                c.w_opd,
+                c.w_rl,
+            )
+        stats = losses.ppo_clip_loss(logp, old, adv, mask, c.eps_clip, c.eps_clip_high, is_weights)
+        loss = stats.pg_loss
+        entropy = losses.entropy_from_logits(logits.detach(), mask)
+        if c.entropy_coef:
+            entropy = losses.entropy_from_logits(logits, mask)
+            loss = loss - c.entropy_coef * entropy
+        kl = torch.zeros(())
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp, _ = token_logprobs(self.reference, mb)
+            kl = losses.kl_to_reference(logp, ref_logp, mask, c.kl_kind)
+            loss = loss + c.kl_coef * kl
+        return {
+            "loss": loss,
+            "pg_loss": stats.pg_loss.detach(),
+            "clipfrac": stats.clipfrac,
+            "ppo_kl": stats.approx_kl,
+            "entropy": entropy.detach(),
+            "kl": kl.detach(),
+        }
+
+    def parameters_snapshot(self) -> list[torch.Tensor]:
+        return [p.detach().clone() for p in self.engine.module.parameters()]
