@@ -48,6 +48,7 @@ format: setup
 bench: setup kafka-jars
 	$(BIN)/python benchmarks/produce.py
 	$(BIN)/python benchmarks/votes.py
+	$(BIN)/python benchmarks/trainer.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache
