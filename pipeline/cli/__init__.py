@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.cli import demo, kafka, produce, retry, schema, topics, worker
+from pipeline.cli import demo, kafka, produce, retry, schema, topics, train, worker
 from pipeline.errors import TurnstreamError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(schema.app, name="schema")
 app.command("produce")(produce.produce)
 app.command("worker")(worker.worker)
 app.command("retry")(retry.retry)
+app.command("train")(train.train)
 app.command("demo")(demo.demo)
 
 

@@ -1,0 +1,275 @@
+"""`turnstream train`: samples.scored into optimizer steps, exactly once per sample_id.
+
+Rank 0 reads every partition of samples.scored (manual assignment, so no
+rebalance can move records under a step). Excluded samples are counted and
+take no batch slot; undecodable records go to the dead-letter topic. After
+each optimizer step the trainer writes a checkpoint that records the next
+offset of every partition and the dedup ledger of trained sample_ids, and
+only then commits those offsets to its consumer group. On restart the
+checkpoint's offsets win; the ledger drops anything trained already.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, OrderedDict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+
+from pipeline.broker.clients import consumer_config, producer
+from pipeline.errors import BrokerError, EventDecodeError
+from pipeline.events import Sample, dead_letter, decode_as, encode
+from pipeline.settings import Settings
+from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
+from pipeline.training.config import TrainerConfig
+from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
+
+log = logging.getLogger(__name__)
+LEDGER_SIZE = 1_000_000
+
+
+@dataclass
+class TrainerState:
+    """What a checkpoint records besides the weights: where to resume, what was trained."""
+
+    step: int = 0
+    policy_version: int = 0
+    offsets: dict[str, int] = field(default_factory=dict)  # "partition" -> next offset
+    ledger: list[str] = field(default_factory=list)  # trained sample_ids, oldest first
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+class Ledger:
+    """Bounded memory of trained sample_ids (the dedup window)."""
+
+    def __init__(self, ids: list[str], size: int = LEDGER_SIZE) -> None:
+        self.size = size
+        self._ids: OrderedDict[str, None] = OrderedDict.fromkeys(ids[-size:])
+
+    def __contains__(self, sample_id: object) -> bool:
+        return sample_id in self._ids
+
+    def add(self, sample_id: str) -> None:
+        self._ids[sample_id] = None
+        while len(self._ids) > self.size:
+            self._ids.popitem(last=False)
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+
+@dataclass
+class Pending:
+    sample: TokenizedSample
+    partition: int
+    offset: int
+
+
+class Trainer:
+    """One trainer process (rank 0 consumes); ``run`` until max_steps or stopped."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        config: TrainerConfig,
+        engine: Any,
+        tokenizer: Any,
+        ledger_log: Path | None = None,
+    ) -> None:
+        self.settings, self.config = settings, config
+        self.engine, self.tokenizer = engine, tokenizer
+        self.topic = settings.topics.samples_scored.name
+        self.group = settings.topic_prefix + config.group_id
+        self.ckpt_dir = Path(config.checkpoint_dir)
+        self.state = self._load_checkpoint()
+        self.ledger = Ledger(self.state.ledger)
+        self.skipped: Counter[str] = Counter(self.state.skipped)
+        self.pending: list[Pending] = []
+        self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
+        self.ledger_log = ledger_log
+        self.stop_requested = False
+
+    def _load_checkpoint(self) -> TrainerState:
+        latest = self.ckpt_dir / "latest"
+        if not latest.exists():
+            return TrainerState()
+        _path, client_state = self.engine.engine.load_checkpoint(str(self.ckpt_dir))
+        state = TrainerState(**client_state["trainer_state"])
+        self.engine.steps = state.step
+        log.info("resumed from checkpoint step %d, offsets %s", state.step, state.offsets)
+        return state
+
+    def _consumer(self) -> tuple[KafkaConsumer, list[TopicPartition]]:
+        consumer = KafkaConsumer(
+            **consumer_config(
+                self.settings,
+                self.group,
+                max_partition_fetch_bytes=self.settings.topics.samples_scored.max_message_bytes,
+                fetch_max_bytes=self.settings.topics.samples_scored.max_message_bytes * 4,
+            )
+        )
+        parts = consumer.partitions_for_topic(self.topic)
+        if not parts:
+            raise BrokerError(f"topic {self.topic} does not exist; run `turnstream topics apply`")
+        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        for tp in tps:
+            if tp.partition in self.positions:
+                consumer.seek(tp, self.positions[tp.partition])
+            else:
+                committed = consumer.committed(tp)
+                if committed is not None:
+                    consumer.seek(tp, committed)
+                else:
+                    consumer.seek_to_beginning(tp)
+        return consumer, tps
+
+    def _accept(self, rec: Any, out: KafkaProducer) -> None:
+        try:
+            sample = decode_as(Sample, rec.value)
+        except EventDecodeError as exc:
+            self.skipped["invalid"] += 1
+            letter = dead_letter(
+                "train",
+                str(exc),
+                f"{rec.topic}/{rec.partition}/{rec.offset}",
+                rec.value,
+                time.time(),
+                self.settings.topics.deadletter.max_message_bytes // 2,
+            )
+            out.send(self.settings.topics.deadletter.name, value=encode(letter))
+            return
+        if sample.sample_id in self.ledger or any(
+            p.sample.sample_id == sample.sample_id for p in self.pending
+        ):
+            self.skipped["duplicate"] += 1
+        elif sample.loss_mask == 0:
+            self.skipped[f"excluded:{sample.exclude_reason}"] += 1
+        elif (
+            self.config.stale_policy == "drop"
+            and sample.policy_version is not None
+            and self.state.policy_version - sample.policy_version > self.config.max_staleness
+        ):
+            self.skipped["stale"] += 1
+        else:
+            tok = tokenize_sample(sample, self.tokenizer, self.config.max_seq_len)
+            self.pending.append(Pending(tok, rec.partition, rec.offset))
+
+    def _batch_ready(self) -> bool:
+        if self.config.max_tokens_per_batch:
+            return sum(p.sample.length for p in self.pending) >= self.config.max_tokens_per_batch
+        return len(self.pending) >= self.config.rollout_batch_size
+
+    def run(self, until_end: bool = False, poll_ms: int = 500) -> TrainerState:
+        """Train until max_steps, a stop request, or (``until_end``) the topic's end."""
+        consumer, tps = self._consumer()
+        out = producer(self.settings, self.settings.topics.deadletter.max_message_bytes)
+        ends = consumer.end_offsets(tps) if until_end else {}
+        try:
+            while not self.stop_requested:
+                if self.config.max_steps is not None and self.state.step >= self.config.max_steps:
+                    break
+                for tp, records in consumer.poll(timeout_ms=poll_ms).items():
+                    for rec in records:
+                        self._accept(rec, out)
+                        self.positions[tp.partition] = rec.offset + 1
+                if self._batch_ready():
+                    self._step(consumer, out, tps)
+                elif until_end and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                    if self.pending:
+                        self._step(consumer, out, tps)  # the last, partial batch
+                    else:
+                        self._checkpoint_and_commit(consumer, out, tps)
+                    break
+        finally:
+            out.flush()
+            out.close()
+            consumer.close()
+        return self.state
+
+    def _step(self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]) -> None:
+        size = self.config.rollout_batch_size
+        batch, self.pending = self.pending[:size], self.pending[size:]
+        mbs = micro_batches(
+            [p.sample for p in batch],
+            self.config.micro_batch_size,
+            self.tokenizer.pad_token_id or 0,
+            self.config.length_bucketing,
+        )
+        metrics = self.engine.train_step(mbs)
+        for p in batch:
+            self.ledger.add(p.sample.sample_id)
+        self.state.step = metrics.step
+        if self.ledger_log:
+            with open(self.ledger_log, "a") as fh:
+                fh.writelines(f"{metrics.step}\t{p.sample.sample_id}\n" for p in batch)
+        pushed = None
+        if (
+            self.config.update_weights_interval
+            and metrics.step % self.config.update_weights_interval == 0
+        ):
+            pushed = self._push_weights(out, metrics.step)
+        self._checkpoint_and_commit(consumer, out, tps)
+        self._log_metrics(metrics, pushed)
+
+    def _commit_offsets(self) -> dict[int, int]:
+        """Next offset per partition, held back to the oldest sample not trained yet."""
+        offsets = dict(self.positions)
+        for p in self.pending:
+            offsets[p.partition] = min(offsets.get(p.partition, p.offset), p.offset)
+        return offsets
+
+    def _checkpoint_and_commit(
+        self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]
+    ) -> None:
+        out.flush()  # dead letters of the records below are delivered first
+        offsets = self._commit_offsets()
+        self.state.offsets = {str(p): o for p, o in offsets.items()}
+        self.state.ledger = self.ledger.ids()
+        self.state.skipped = dict(self.skipped)
+        self.engine.engine.save_checkpoint(
+            str(self.ckpt_dir),
+            tag=f"step{self.state.step:08d}",
+            client_state={"trainer_state": asdict(self.state)},
+        )
+        consumer.commit(
+            {
+                TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                for p, o in offsets.items()
+            }
+        )
+
+    def _push_weights(self, out: KafkaProducer, step: int) -> PolicyVersion | None:
+        version = self.state.policy_version + 1
+        path = save_weights(
+            self.engine.engine.module, self.tokenizer, Path(self.config.weights_dir), version
+        )
+        try:
+            push_to_servers(list(self.config.policy_urls), path)
+        except Exception as exc:  # reported, and tried again at the next interval
+            self.skipped["weight_push_failed"] += 1
+            log.error("%s", exc)
+            return None
+        record = PolicyVersion(version, str(path), step, time.time())
+        out.send(self.settings.topics.policy_versions.name, key=b"policy", value=record.encode())
+        self.state.policy_version = version
+        return record
+
+    def _log_metrics(self, metrics: Any, pushed: PolicyVersion | None) -> None:
+        row = {
+            **asdict(metrics),
+            "skipped": dict(self.skipped),
+            "policy_version": self.state.policy_version,
+            "pushed": pushed is not None,
+        }
+        log.info("step %d loss %.4f reward %.3f", metrics.step, metrics.loss, metrics.reward_mean)
+        if self.config.metrics_jsonl:
+            path = Path(self.config.metrics_jsonl)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as fh:
+                fh.write(orjson.dumps(row) + b"\n")

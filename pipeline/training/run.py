@@ -1,0 +1,51 @@
+"""Assemble a trainer process: tokenizer, engine, consumer loop, signals."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from pipeline.settings import Settings
+from pipeline.training.config import TrainerConfig
+from pipeline.training.consumer import Trainer, TrainerState
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(config: TrainerConfig) -> Any:
+    """The policy tokenizer: tokenizer_path, else model_path, else a tiny local one."""
+    from transformers import AutoTokenizer
+
+    path = config.tokenizer_path or config.model_path
+    if path is None:
+        from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+
+        tiny = Path(config.checkpoint_dir).parent / "tokenizer"
+        if not (tiny / "tokenizer.json").exists():
+            make_tiny_tokenizer(tiny)
+        path = str(tiny)
+        log.info("no model_path: training a tiny random policy with the tokenizer in %s", tiny)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def run_trainer(
+    settings: Settings,
+    config: TrainerConfig,
+    until_end: bool = False,
+    ledger_log: Path | None = None,
+) -> TrainerState:
+    from pipeline.training.engine import PolicyEngine
+
+    tokenizer = load_tokenizer(config)
+    engine = PolicyEngine(config, vocab_size=len(tokenizer))
+    trainer = Trainer(settings, config, engine, tokenizer, ledger_log=ledger_log)
+
+    def stop(signum: int, _frame: object) -> None:
+        log.warning("signal %d: stopping after the current step", signum)
+        trainer.stop_requested = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return trainer.run(until_end=until_end)

@@ -1,0 +1,74 @@
+"""Weight push: save HF weights, tell each policy server to load them, publish the version."""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pipeline.errors import TurnstreamError
+
+log = logging.getLogger(__name__)
+
+
+class WeightPushError(TurnstreamError):
+    """A policy server did not accept new weights after every retry."""
+
+
+@dataclass(frozen=True)
+class PolicyVersion:
+    version: int
+    path: str
+    step: int
+    ts: float
+
+    def encode(self) -> bytes:
+        return orjson.dumps(vars(self))
+
+
+def save_weights(model: Any, tokenizer: Any, weights_dir: Path, version: int) -> Path:
+    """Write the policy as a HF checkpoint directory (what SGLang loads from disk)."""
+    path = weights_dir / f"v{version:06d}"
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path), safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(path))
+    return path
+
+
+def push_to_servers(
+    urls: list[str], path: Path, attempts: int = 4, timeout_s: float = 600.0
+) -> None:
+    """POST /update_weights_from_disk to every policy server, with retries and backoff."""
+    body = orjson.dumps({"model_path": str(path)})
+    for url in urls:
+        last = ""
+        for attempt in range(1, attempts + 1):
+            request = urllib.request.Request(
+                url.rstrip("/") + "/update_weights_from_disk",
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                    data = orjson.loads(resp.read() or b"{}")
+                if data.get("success", True):
+                    break
+                last = f"{url} refused the weights: {data.get('message', data)}"
+            except urllib.error.HTTPError as exc:
+                last = f"{url} answered {exc.code}: {exc.read()[:200]!r}"
+            except (urllib.error.URLError, OSError, orjson.JSONDecodeError) as exc:
+                last = f"{url}: {exc}"
+            if attempt == attempts:
+                raise WeightPushError(
+                    f"weight push of {path} failed after {attempts} attempts: {last}"
+                )
+            log.warning("weight push attempt %d failed: %s", attempt, last)
+            time.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
