@@ -12,6 +12,7 @@ checkpoint's offsets win; the ledger drops anything trained already.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -63,6 +64,28 @@ class Ledger:
         return list(self._ids)
 
 
+def append_ledger_log(path: Path, step: int, sample_ids: list[str]) -> None:
+    """Record, after the checkpoint that holds them, the sample_ids a step trained."""
+    with open(path, "a") as fh:
+        fh.writelines(f"{step}\t{sid}\n" for sid in sample_ids)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def reconcile_ledger_log(path: Path, state: TrainerState) -> None:
+    """Make the log agree with the checkpoint resumed from.
+
+    Steps after the checkpoint were lost with the process (their samples will be
+    trained again); ids the checkpoint holds but the log lacks (a crash between
+    the two writes) are added.
+    """
+    lines = path.read_text().splitlines() if path.exists() else []
+    kept = [line for line in lines if int(line.split("\t", 1)[0]) <= state.step]
+    logged = {line.split("\t", 1)[1] for line in kept}
+    missing = [f"{state.step}\t{sid}" for sid in state.ledger if sid not in logged]
+    path.write_text("".join(f"{line}\n" for line in kept + missing))
+
+
 @dataclass
 class Pending:
     sample: TokenizedSample
@@ -92,6 +115,8 @@ class Trainer:
         self.pending: list[Pending] = []
         self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
         self.ledger_log = ledger_log
+        if ledger_log is not None:
+            reconcile_ledger_log(ledger_log, self.state)
         self.stop_requested = False
 
     def _load_checkpoint(self) -> TrainerState:
@@ -193,7 +218,7 @@ class Trainer:
         return self.state
 
     def _step(self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]) -> None:
-        size = self.config.rollout_batch_size
+        size = self._batch_size()
         batch, self.pending = self.pending[:size], self.pending[size:]
         mbs = micro_batches(
             [p.sample for p in batch],
@@ -205,16 +230,13 @@ class Trainer:
         for p in batch:
             self.ledger.add(p.sample.sample_id)
         self.state.step = metrics.step
-        if self.ledger_log:
-            with open(self.ledger_log, "a") as fh:
-                fh.writelines(f"{metrics.step}\t{p.sample.sample_id}\n" for p in batch)
         pushed = None
         if (
             self.config.update_weights_interval
             and metrics.step % self.config.update_weights_interval == 0
         ):
             pushed = self._push_weights(out, metrics.step)
-        self._checkpoint_and_commit(consumer, out, tps)
+        self._checkpoint_and_commit(consumer, out, tps, [p.sample.sample_id for p in batch])
         self._log_metrics(metrics, pushed)
 
     def _commit_offsets(self) -> dict[int, int]:
@@ -224,8 +246,24 @@ class Trainer:
             offsets[p.partition] = min(offsets.get(p.partition, p.offset), p.offset)
         return offsets
 
+    def _batch_size(self) -> int:
+        """Samples in the next step: rollout_batch_size, or as many as fit the token budget."""
+        budget = self.config.max_tokens_per_batch
+        if not budget:
+            return self.config.rollout_batch_size
+        used = 0
+        for n, p in enumerate(self.pending):
+            used += p.sample.length
+            if used > budget:
+                return max(1, n)
+        return len(self.pending)
+
     def _checkpoint_and_commit(
-        self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]
+        self,
+        consumer: KafkaConsumer,
+        out: KafkaProducer,
+        tps: list[TopicPartition],
+        trained: list[str] | None = None,
     ) -> None:
         out.flush()  # dead letters of the records below are delivered first
         offsets = self._commit_offsets()
@@ -237,6 +275,8 @@ class Trainer:
             tag=f"step{self.state.step:08d}",
             client_state={"trainer_state": asdict(self.state)},
         )
+        if self.ledger_log and trained:
+            append_ledger_log(self.ledger_log, self.state.step, trained)
         consumer.commit(
             {
                 TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)

@@ -168,3 +168,58 @@ def _wait(url: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    admin.apply(settings)
+    included = [sample(i, ids=True) for i in range(80)]
+    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for s in included:
+        raw.send(settings.topics.samples_scored.name, key=s.session_id.encode(), value=encode(s))
+    raw.flush()
+    raw.close()
+    config = write_config(tmp_path, "http://127.0.0.1:9")
+    data = yaml.safe_load(config.read_text())
+    data.update(update_weights_interval=0, policy_urls=[])
+    config.write_text(yaml.safe_dump(data))
+    ledger = tmp_path / "ledger.tsv"
+    args = [
+        "pipeline.cli",
+        "train",
+        "--config",
+        str(config),
+        "--until-end",
+        "--ledger",
+        str(ledger),
+    ]
+    proc = spawn(args, tmp_path / "train1.log", cli_env)
+    deadline = time.monotonic() + 300
+    while not ledger.exists() or len(ledger.read_text().splitlines()) < 12:
+        assert proc.poll() is None, (tmp_path / "train1.log").read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = len(ledger.read_text().splitlines())
+    assert killed_at < len(included), "the trainer finished before it could be killed"
+
+    again = turnstream(
+        "train",
+        "--config",
+        str(config),
+        "--until-end",
+        "--ledger",
+        str(ledger),
+        env=cli_env,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    trained = [line.split("\t")[1] for line in ledger.read_text().splitlines()]
+    assert sorted(trained) == sorted(s.sample_id for s in included)  # once each, none skipped
+    group = settings.topic_prefix + "turnstream-trainer"
+    assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
