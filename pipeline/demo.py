@@ -11,7 +11,10 @@ from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import orjson
+import yaml
 from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.live import Live
@@ -22,7 +25,7 @@ from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
 from pipeline.produce import TurnProducer, produce_file
-from pipeline.settings import Settings
+from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets, group_lag
 
@@ -33,6 +36,7 @@ class DemoReport:
     added: dict[str, int] = field(default_factory=dict)  # records added per topic this run
     scores: Counter[str] = field(default_factory=Counter)
     excluded: Counter[str] = field(default_factory=Counter)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # trainer metrics this run
 
 
 def describe_judge(settings: Settings) -> str:
@@ -178,6 +182,7 @@ def run_demo(
         report.sent = sent.sent
         console.print(f"sent {sent.sent} events from {sessions}")
         _wait_for_scoring(settings, worker, before, names, console, workdir, timeout_s)
+        report.steps = train_tiny_policy(settings, workdir, console, timeout_s)
         now = end_offsets(settings, names)
         report.added = {n: now[n] - before[n] for n in names}
         for sample in read_samples(settings, scored_start):
@@ -185,6 +190,76 @@ def run_demo(
             if sample.exclude_reason:
                 report.excluded[sample.exclude_reason] += 1
     return report
+
+
+def train_tiny_policy(
+    settings: Settings, workdir: Path, console: Console, timeout_s: float
+) -> list[dict[str, Any]]:
+    """Run `turnstream train` on the new samples (tiny random policy, CPU); its step metrics."""
+    base = yaml.safe_load(
+        shipped_file("configs/trainer-cpu-tiny.yaml", "trainer-cpu-tiny.yaml").read_text()
+    )
+    trainer_dir = workdir / "trainer"
+    metrics = trainer_dir / "metrics.jsonl"
+    config = {
+        **base,
+        "checkpoint_dir": str(trainer_dir / "ckpt"),
+        "weights_dir": str(trainer_dir / "weights"),
+        "metrics_jsonl": str(metrics),
+    }
+    config_path = workdir / "trainer.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    seen = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    console.print("training a tiny random policy on CPU (DeepSpeed, ZeRO-1, fp32) ...")
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    log = workdir / "trainer.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                "train",
+                "--config",
+                str(config_path),
+                "--until-end",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise TurnstreamError(
+            f"training did not finish within {timeout_s:.0f}s; see {log}"
+        ) from exc
+    finally:
+        stop_process(proc)
+    if code != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise TurnstreamError(f"the trainer exited with {code}:\n{tail}")
+    rows = metrics.read_text().splitlines()[seen:] if metrics.exists() else []
+    steps = [orjson.loads(row) for row in rows]
+    table = Table(title="training steps (this run)")
+    for column in ("step", "samples", "loss", "reward mean", "tokens/s"):
+        table.add_column(column, justify="right")
+    for row in steps:
+        table.add_row(
+            str(row["step"]),
+            str(row["samples"]),
+            f"{row['loss']:+.4f}",
+            f"{row['reward_mean']:+.3f}",
+            f"{row['tokens_per_s']:.0f}",
+        )
+    console.print(table)
+    return steps
 
 
 def _stop_broker(local: LocalKafka, console: Console) -> None:

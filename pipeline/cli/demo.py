@@ -41,5 +41,11 @@ def demo(
         summary.add_row(f"samples scored {score}", str(n))
     for reason, n in sorted(report.excluded.items()):
         summary.add_row(f"excluded: {reason}", str(n))
+    if report.steps:
+        first, last = report.steps[0], report.steps[-1]
+        summary.add_row("training steps", str(len(report.steps)))
+        summary.add_row("samples trained", str(sum(r["samples"] for r in report.steps)))
+        summary.add_row("loss (first -> last step)", f"{first['loss']:+.4f} -> {last['loss']:+.4f}")
+        summary.add_row("policy version", str(last.get("policy_version", 0)))
     console.print()
     console.print(summary)

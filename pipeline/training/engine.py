@@ -99,6 +99,7 @@ def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tens
 @dataclass
 class StepMetrics:
     step: int
+    samples: int
     loss: float
     pg_loss: float
     pg_clipfrac: float
@@ -174,6 +175,7 @@ class PolicyEngine:
         lengths = torch.cat([mb.response_mask.sum(-1) for mb in batches])
         return StepMetrics(
             step=self.steps,
+            samples=sum(len(mb.sample_ids) for mb in batches),
             loss=sums["loss"],
             pg_loss=sums["pg_loss"],
             pg_clipfrac=sums["clipfrac"],

@@ -32,6 +32,10 @@ def test_demo_runs_the_pipeline_through_scoring(
         assert re.search(rf"samples scored {re.escape(score)}\s*│\s*{n}\b", out), score
     excluded = Counter(x.exclude_reason for x in scored if x.exclude_reason)
     assert re.search(rf"excluded: no_next_state\s*│\s*{excluded['no_next_state']}\b", out)
+    included = sum(1 for x in scored if x.loss_mask == 1)
+    assert re.search(rf"samples trained\s*│\s*{included}\b", out), out[-2500:]
+    versions = read_all(settings, settings.topics.policy_versions.name)
+    assert re.search(rf"policy version\s*│\s*{len(versions)}\b", out)
     again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "topics: already match topics.yaml" in again.stdout
@@ -43,6 +47,8 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert 0 < repaired < 209
     this_run, total = _counts(again.stdout, "samples.scored")
     assert repaired <= this_run < 209 and total == 209 + this_run
+    # Their sample_ids were trained already: the trainer skips them all.
+    assert "samples trained" not in again.stdout
 
 
 def _main_turns_of_ended_sessions() -> int:
