@@ -26,20 +26,19 @@ def samples(rewards: list[float], teacher: bool = False) -> list[TokenizedSample
 
 
 def engine(mode: str, **kw) -> PolicyEngine:  # type: ignore[no-untyped-def]
-    config = TrainerConfig(
-        mode=mode,
-        lr=1e-2,
-        micro_batch_size=2,
-        zero_stage=1,  # type: ignore[arg-type]
-        tiny_model={
+    options = {
+        "lr": 1e-2,
+        "micro_batch_size": 2,
+        "zero_stage": 1,
+        "tiny_model": {
             "hidden_size": 32,
             "intermediate_size": 64,
             "num_hidden_layers": 1,
             "num_attention_heads": 2,
             "num_key_value_heads": 1,
         },
-        **kw,
-    )
+    }
+    config = TrainerConfig(mode=mode, **{**options, **kw})  # type: ignore[arg-type]
     return PolicyEngine(config, vocab_size=VOCAB)
 
 
@@ -101,3 +100,14 @@ def test_opd_moves_the_policy_toward_the_teacher() -> None:
     assert stats.kl == pytest.approx(0.0, abs=1e-6)  # reference = policy before the step
     assert stats.entropy > 0
     assert eng.train_step(mbs).kl > 0
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_zero_stages_train_on_cpu(stage: int) -> None:
+    eng = engine("rl", zero_stage=stage)
+    mbs = micro_batches(samples([1.0, -1.0, 1.0]), 2, pad_id=0)
+    start = [eng.logprobs(mb) for mb in mbs]
+    stats = eng.train_step(mbs)
+    assert stats.step == 1 and stats.tokens == sum(mb.tokens for mb in mbs)
+    end = [eng.logprobs(mb) for mb in mbs]
+    assert any(not torch.allclose(a, b) for a, b in zip(start, end, strict=True))

@@ -1,0 +1,87 @@
+"""Which samples the trainer takes into a batch, and why it skips the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from pipeline.events import JudgeIdentity, Response, Sample, encode
+from pipeline.settings import Settings
+from pipeline.training.config import TrainerConfig
+from pipeline.training.consumer import Ledger, Trainer, TrainerState, reconcile_ledger_log
+
+
+def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
+    return Sample(
+        sample_id=f"s:{i}",
+        session_id="s",
+        turn_index=i,
+        messages=[],
+        response=Response(content="x"),
+        next_state=None,
+        prompt_ids=[1, 2],
+        response_ids=[3],
+        score=1.0,
+        votes=[1],
+        judge_calls=1,
+        exclude_reason=None if mask else "neutral_score",
+        loss_mask=mask,
+        mode="rl",
+        policy_version=version,
+        judge=JudgeIdentity(backend="rules", prompt_version="v1"),
+    )
+
+
+def trainer(tmp_path: Path, **kw) -> Trainer:  # type: ignore[no-untyped-def]
+    config = TrainerConfig(checkpoint_dir=str(tmp_path / "ckpt"), **kw)
+    return Trainer(Settings(), config, engine=None, tokenizer=None)
+
+
+def rec(s: Sample, offset: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(value=encode(s), topic="samples.scored", partition=0, offset=offset)
+
+
+def test_stale_samples_are_dropped_or_kept_by_policy(tmp_path: Path) -> None:
+    drop = trainer(tmp_path, max_staleness=4, stale_policy="drop")
+    drop.state.policy_version = 10
+    drop._accept(rec(sample(1, version=5)), out=None)  # 5 behind: dropped
+    drop._accept(rec(sample(2, version=6)), out=None)  # 4 behind: kept
+    assert drop.skipped["stale"] == 1 and [p.sample.sample_id for p in drop.pending] == ["s:2"]
+    keep = trainer(tmp_path, max_staleness=4, stale_policy="correct")
+    keep.state.policy_version = 10
+    keep._accept(rec(sample(1, version=0)), out=None)
+    assert len(keep.pending) == 1 and not keep.skipped
+
+
+def test_excluded_and_duplicate_samples_take_no_slot(tmp_path: Path) -> None:
+    t = trainer(tmp_path)
+    t.ledger.add("s:1")
+    for s in (sample(1), sample(2, mask=0), sample(3), sample(3)):
+        t._accept(rec(s), out=None)
+    assert [p.sample.sample_id for p in t.pending] == ["s:3"]
+    assert t.skipped == {"duplicate": 2, "excluded:neutral_score": 1}
+
+
+def test_token_budget_batches(tmp_path: Path) -> None:
+    t = trainer(tmp_path, max_tokens_per_batch=7)
+    for i in range(5):
+        t._accept(rec(sample(i)), out=None)  # 3 tokens each
+    assert t._batch_ready() and t._batch_size() == 2
+
+
+def test_commit_offsets_hold_back_to_the_oldest_untrained_sample(tmp_path: Path) -> None:
+    t = trainer(tmp_path)
+    for offset in (5, 6):
+        t._accept(rec(sample(offset), offset=offset), out=None)
+    t.positions = {0: 7, 1: 40}
+    assert t._commit_offsets() == {0: 5, 1: 40}
+
+
+def test_ledger_is_bounded_and_the_log_follows_the_checkpoint(tmp_path: Path) -> None:
+    ledger = Ledger(["a", "b"], size=2)
+    ledger.add("c")
+    assert "a" not in ledger and ledger.ids() == ["b", "c"]
+    log = tmp_path / "ledger.tsv"
+    log.write_text("1\ta\n1\tb\n2\tc\n3\td\n")  # step 3 was lost with the process
+    reconcile_ledger_log(log, TrainerState(step=2, ledger=["a", "b", "c", "e"]))
+    assert log.read_text() == "1\ta\n1\tb\n2\tc\n2\te\n"
