@@ -89,6 +89,9 @@ class TrainerConfig:
             raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
         if self.rollout_batch_size < 1 or self.micro_batch_size < 1:
             raise ValueError("rollout_batch_size and micro_batch_size must be >= 1")
+        if self.zero_stage == 3 and self.update_weights_interval:
+            raise ValueError("weight push with ZeRO-3 is not supported yet (parameters are "
+                             "partitioned); use zero_stage <= 2 or update_weights_interval: 0")
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import torch
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
 from pipeline.broker.clients import consumer_config, producer
@@ -114,9 +115,12 @@ class Trainer:
         self.skipped: Counter[str] = Counter(self.state.skipped)
         self.pending: list[Pending] = []
         self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
-        self.ledger_log = ledger_log
-        if ledger_log is not None:
-            reconcile_ledger_log(ledger_log, self.state)
+        dist = torch.distributed
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.ledger_log = ledger_log if self.rank == 0 else None
+        if self.ledger_log is not None:
+            reconcile_ledger_log(self.ledger_log, self.state)
         self.stop_requested = False
 
     def _load_checkpoint(self) -> TrainerState:
@@ -191,7 +195,59 @@ class Trainer:
         return len(self.pending) >= self.config.rollout_batch_size
 
     def run(self, until_end: bool = False, poll_ms: int = 500) -> TrainerState:
-        """Train until max_steps, a stop request, or (``until_end``) the topic's end."""
+        """Train until max_steps, a stop request, or (``until_end``) the topic's end.
+
+        Rank 0 consumes and broadcasts each step's shards; other ranks follow.
+        """
+        if self.rank != 0:
+            return self._follow()
+        try:
+            return self._lead(until_end, poll_ms)
+        finally:
+            self._broadcast({"kind": "stop"})
+
+    def _broadcast(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.world == 1:
+            return message
+        box = [message if self.rank == 0 else None]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]  # type: ignore[return-value]
+
+    def _follow(self) -> TrainerState:
+        """Ranks > 0: train on the shards rank 0 sends, checkpoint when it does."""
+        pad = self.tokenizer.pad_token_id or 0
+        while True:
+            message = self._broadcast({})
+            if message["kind"] == "stop":
+                return self.state
+            if message["kind"] == "step":
+                mbs = micro_batches(
+                    message["shards"][self.rank],
+                    self.config.micro_batch_size,
+                    pad,
+                    self.config.length_bucketing,
+                )
+                self.state.step = self.engine.train_step(mbs, message["total"]).step
+            self.engine.engine.save_checkpoint(
+                str(self.ckpt_dir), tag=message["tag"], client_state={}
+            )
+
+    def _shards(self, samples: list[TokenizedSample]) -> list[list[TokenizedSample]]:
+        """Deal samples to ranks by length; a rank short of samples gets a zero-token pad."""
+        shards: list[list[TokenizedSample]] = [[] for _ in range(self.world)]
+        for i, s in enumerate(sorted(samples, key=lambda s: s.length)):
+            shards[i % self.world].append(s)
+        for shard in shards:
+            if not shard:
+                first = samples[0]
+                shard.append(
+                    TokenizedSample(
+                        "__pad__", first.prompt_ids[:8] or [0], [], 0.0, None, None, None
+                    )
+                )
+        return shards
+
+    def _lead(self, until_end: bool, poll_ms: int) -> TrainerState:
         consumer, tps = self._consumer()
         out = producer(self.settings, self.settings.topics.deadletter.max_message_bytes)
         ends = consumer.end_offsets(tps) if until_end else {}
@@ -209,6 +265,7 @@ class Trainer:
                     if self.pending:
                         self._step(consumer, out, tps)  # the last, partial batch
                     else:
+                        self._broadcast({"kind": "checkpoint", "tag": f"step{self.state.step:08d}"})
                         self._checkpoint_and_commit(consumer, out, tps)
                     break
         finally:
@@ -220,13 +277,24 @@ class Trainer:
     def _step(self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]) -> None:
         size = self._batch_size()
         batch, self.pending = self.pending[:size], self.pending[size:]
+        samples = [p.sample for p in batch]
+        shards = self._shards(samples)
+        total = sum(len(s.response_ids) for s in samples)
+        self._broadcast(
+            {
+                "kind": "step",
+                "shards": shards,
+                "total": total,
+                "tag": f"step{self.state.step + 1:08d}",
+            }
+        )
         mbs = micro_batches(
-            [p.sample for p in batch],
+            shards[0],
             self.config.micro_batch_size,
             self.tokenizer.pad_token_id or 0,
             self.config.length_bucketing,
         )
-        metrics = self.engine.train_step(mbs)
+        metrics = self.engine.train_step(mbs, total)
         for p in batch:
             self.ledger.add(p.sample.sample_id)
         self.state.step = metrics.step

@@ -147,12 +147,18 @@ class PolicyEngine:
         self.engine.train()
         return logp
 
-    def train_step(self, batches: list[MicroBatch]) -> StepMetrics:
-        """One optimizer step: token-mean loss over all micro-batches' response tokens."""
+    def train_step(self, batches: list[MicroBatch], total_tokens: int | None = None) -> StepMetrics:
+        """One optimizer step: token-mean loss over the step's response tokens.
+
+        With several ranks each passes its own shard of micro-batches and the
+        step's ``total_tokens``; DeepSpeed averages gradients over ranks, so each
+        rank scales its loss by the world size to keep one global token mean.
+        """
         started = time.perf_counter()
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         batches = [self._to_device(mb) for mb in batches]
         train_old = [self.logprobs(mb) for mb in batches]  # before the update
-        total = sum(mb.tokens for mb in batches)
+        total = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
         sums: dict[str, float] = dict.fromkeys(
             ("loss", "pg_loss", "clipfrac", "ppo_kl", "entropy", "kl"), 0.0
         )
@@ -162,7 +168,7 @@ class PolicyEngine:
             parts = self._micro_loss(mb, old_train)
             weight = mb.tokens / max(total, 1)
             self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
-            self.engine.backward(parts["loss"] * weight)
+            self.engine.backward(parts["loss"] * weight * world)
             for key in sums:
                 sums[key] += float(parts[key].detach()) * weight
             if bool(mb.has_rollout.any()):
@@ -170,6 +176,10 @@ class PolicyEngine:
                 diffs.append(((old_train - mb.rollout_logprobs).abs() * sel).sum() / sel.sum())
         self.engine.step()
         self.steps += 1
+        if world > 1:  # metrics of the whole step, not of this rank's shard
+            summed = torch.tensor([sums[k] for k in sums], dtype=torch.float64)
+            torch.distributed.all_reduce(summed)
+            sums = dict(zip(sums, summed.tolist(), strict=True))
         elapsed = time.perf_counter() - started
         rewards = torch.cat([mb.rewards for mb in batches])
         lengths = torch.cat([mb.response_mask.sum(-1) for mb in batches])

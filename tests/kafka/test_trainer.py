@@ -223,3 +223,48 @@ def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
     assert sorted(trained) == sorted(s.sample_id for s in included)  # once each, none skipped
     group = settings.topic_prefix + "turnstream-trainer"
     assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
+
+
+def test_two_ranks_rank0_consumes_and_broadcasts(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    admin.apply(settings)
+    included = [sample(i, ids=i % 2 == 0) for i in range(9)]
+    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for s in included:
+        raw.send(settings.topics.samples_scored.name, key=s.session_id.encode(), value=encode(s))
+    raw.flush()
+    raw.close()
+    config = write_config(tmp_path, "http://127.0.0.1:9")
+    data = yaml.safe_load(config.read_text())
+    data.update(update_weights_interval=0, policy_urls=[])
+    config.write_text(yaml.safe_dump(data))
+    ledger = tmp_path / "ledger.tsv"
+    args = [
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port_pair()),
+        "-m",
+        "pipeline.cli",
+        "train",
+        "--config",
+        str(config),
+        "--until-end",
+        "--ledger",
+        str(ledger),
+    ]
+    proc = spawn(args, tmp_path / "ranks.log", {**cli_env, "OMP_NUM_THREADS": "1"})
+    try:
+        code = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "ranks.log").read_text()
+    assert code == 0, log[-4000:]
+    assert log.count("trained 3 step(s)") == 2  # both ranks took the same 3 steps
+    trained = [line.split("\t")[1] for line in ledger.read_text().splitlines()]
+    assert sorted(trained) == sorted(s.sample_id for s in included)
+    group = settings.topic_prefix + "turnstream-trainer"
+    assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0

@@ -50,3 +50,10 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, yaml_text: str, message: st
     with pytest.raises(ConfigError) as info:
         load_trainer_config(path)
     assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_zero3_weight_push_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("zero_stage: 3\nupdate_weights_interval: 1\n")
+    with pytest.raises(ConfigError, match="ZeRO-3 is not supported yet"):
+        load_trainer_config(path)
