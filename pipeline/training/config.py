@@ -82,6 +82,10 @@ class TrainerConfig:
     weights_dir: str = opt(".turnstream/trainer/weights", "where HF weights are saved for push")
     policy_urls: list[str] = opt([], "SGLang policy servers to call update_weights_from_disk on")
     metrics_jsonl: str | None = opt(".turnstream/trainer/metrics.jsonl", "per-step metrics log")
+    metrics_port: int = opt(0, "Prometheus /metrics port on 127.0.0.1 (0 = off)")
+    tensorboard_dir: str | None = opt(
+        None, "also write TensorBoard scalars here (needs the tensorboard package)"
+    )
     max_steps: int | None = opt(None, "stop after this many optimizer steps")
 
     def __post_init__(self) -> None:
@@ -90,8 +94,10 @@ class TrainerConfig:
         if self.rollout_batch_size < 1 or self.micro_batch_size < 1:
             raise ValueError("rollout_batch_size and micro_batch_size must be >= 1")
         if self.zero_stage == 3 and self.update_weights_interval:
-            raise ValueError("weight push with ZeRO-3 is not supported yet (parameters are "
-                             "partitioned); use zero_stage <= 2 or update_weights_interval: 0")
+            raise ValueError(
+                "weight push with ZeRO-3 is not supported yet (parameters are "
+                "partitioned); use zero_stage <= 2 or update_weights_interval: 0"
+            )
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
 

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
@@ -29,6 +28,7 @@ from pipeline.events import Sample, dead_letter, decode_as, encode
 from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
 from pipeline.training.config import TrainerConfig
+from pipeline.training.metrics import MetricsSink
 from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,11 @@ class Trainer:
         if self.ledger_log is not None:
             reconcile_ledger_log(self.ledger_log, self.state)
         self.stop_requested = False
+        self.sink = MetricsSink(
+            config.metrics_jsonl if self.rank == 0 else None,
+            config.metrics_port if self.rank == 0 else 0,
+            config.tensorboard_dir if self.rank == 0 else None,
+        )
 
     def _load_checkpoint(self) -> TrainerState:
         latest = self.ckpt_dir / "latest"
@@ -295,6 +300,12 @@ class Trainer:
             self.config.length_bucketing,
         )
         metrics = self.engine.train_step(mbs, total)
+        versions = [s.policy_version for s in samples if s.policy_version is not None]
+        staleness = (
+            sum(self.state.policy_version - v for v in versions) / len(versions)
+            if versions
+            else None
+        )
         for p in batch:
             self.ledger.add(p.sample.sample_id)
         self.state.step = metrics.step
@@ -305,7 +316,7 @@ class Trainer:
         ):
             pushed = self._push_weights(out, metrics.step)
         self._checkpoint_and_commit(consumer, out, tps, [p.sample.sample_id for p in batch])
-        self._log_metrics(metrics, pushed)
+        self._log_metrics(metrics, pushed, staleness)
 
     def _commit_offsets(self) -> dict[int, int]:
         """Next offset per partition, held back to the oldest sample not trained yet."""
@@ -368,16 +379,15 @@ class Trainer:
         self.state.policy_version = version
         return record
 
-    def _log_metrics(self, metrics: Any, pushed: PolicyVersion | None) -> None:
+    def _log_metrics(
+        self, metrics: Any, pushed: PolicyVersion | None, staleness: float | None
+    ) -> None:
         row = {
             **asdict(metrics),
             "skipped": dict(self.skipped),
             "policy_version": self.state.policy_version,
             "pushed": pushed is not None,
+            "staleness": staleness,
         }
         log.info("step %d loss %.4f reward %.3f", metrics.step, metrics.loss, metrics.reward_mean)
-        if self.config.metrics_jsonl:
-            path = Path(self.config.metrics_jsonl)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as fh:
-                fh.write(orjson.dumps(row) + b"\n")
+        self.sink.record(row)

@@ -1,0 +1,69 @@
+"""Trainer metrics: Prometheus gauges, the JSONL log, and (optional) TensorBoard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from prometheus_client import Counter, Gauge, start_http_server
+
+from pipeline.errors import ConfigError
+
+STEP_FIELDS = (
+    "loss",
+    "pg_loss",
+    "pg_clipfrac",
+    "ppo_kl",
+    "entropy",
+    "kl",
+    "reward_mean",
+    "response_length",
+    "tokens_per_s",
+    "train_rollout_logprob_abs_diff",
+    "staleness",
+    "policy_version",
+    "step",
+)
+GAUGES = {
+    name: Gauge(f"turnstream_trainer_{name}", f"trainer {name} of the last step")
+    for name in STEP_FIELDS
+}
+SKIPPED = Counter(
+    "turnstream_trainer_samples_skipped_total", "samples not trained, by reason", ["reason"]
+)
+
+
+class MetricsSink:
+    """Where each step's metrics go."""
+
+    def __init__(self, jsonl: str | None, port: int, tensorboard_dir: str | None) -> None:
+        self.jsonl = Path(jsonl) if jsonl else None
+        if port:
+            start_http_server(port, addr="127.0.0.1")
+        self.writer = None
+        if tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ConfigError(
+                    "tensorboard_dir is set but the tensorboard package is not "
+                    "installed: pip install tensorboard"
+                ) from exc
+            self.writer = SummaryWriter(tensorboard_dir)
+        self._skipped: dict[str, int] = {}
+
+    def record(self, row: dict[str, Any]) -> None:
+        for name in STEP_FIELDS:
+            value = row.get(name)
+            if isinstance(value, (int, float)):
+                GAUGES[name].set(value)
+                if self.writer is not None:
+                    self.writer.add_scalar(f"train/{name}", value, row["step"])
+        for reason, total in row.get("skipped", {}).items():
+            SKIPPED.labels(reason).inc(total - self._skipped.get(reason, 0))
+            self._skipped[reason] = total
+        if self.jsonl is not None:
+            self.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.jsonl, "ab") as fh:
+                fh.write(orjson.dumps(row) + b"\n")

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import REGISTRY
+
+from pipeline.broker.local import free_port_pair
+from pipeline.errors import ConfigError
+from pipeline.training.metrics import MetricsSink
+
+
+def test_step_metrics_reach_prometheus_and_the_jsonl(tmp_path: Path) -> None:
+    port = free_port_pair()
+    sink = MetricsSink(str(tmp_path / "m.jsonl"), port, None)
+    sink.record(
+        {
+            "step": 1,
+            "loss": 0.5,
+            "reward_mean": 0.25,
+            "staleness": 1.0,
+            "train_rollout_logprob_abs_diff": None,
+            "skipped": {"duplicate": 2},
+        }
+    )
+    sink.record(
+        {
+            "step": 2,
+            "loss": 0.125,
+            "reward_mean": 0.5,
+            "staleness": 0.0,
+            "skipped": {"duplicate": 3, "stale": 1},
+        }
+    )
+    assert REGISTRY.get_sample_value("turnstream_trainer_loss") == 0.125
+    assert REGISTRY.get_sample_value("turnstream_trainer_step") == 2
+    assert (
+        REGISTRY.get_sample_value(
+            "turnstream_trainer_samples_skipped_total", {"reason": "duplicate"}
+        )
+        == 3
+    )
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "turnstream_trainer_reward_mean 0.5" in text
+    rows = [orjson.loads(x) for x in (tmp_path / "m.jsonl").read_bytes().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path: Path) -> None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="pip install tensorboard"):
+            MetricsSink(None, 0, str(tmp_path / "tb"))
+    else:
+        sink = MetricsSink(None, 0, str(tmp_path / "tb"))
+        sink.record({"step": 1, "loss": 1.0})
+        assert any((tmp_path / "tb").iterdir())
