@@ -80,6 +80,8 @@ def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:
                 "lr": config.lr,
                 "betas": list(config.betas),
                 "weight_decay": config.weight_decay,
+                # torch's AdamW needs no compiled op; offload needs DeepSpeed's CPU Adam.
+                "torch_adam": not config.offload_optimizer,
             },
         },
         "zero_optimization": zero,

@@ -15,7 +15,7 @@ EXAMPLES = REPO / "examples" / "sessions.jsonl"
 def test_demo_runs_the_pipeline_through_scoring(
     settings: Settings, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    result = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env)
+    result = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert f"using the cluster at {settings.bootstrap_servers}" in out
@@ -36,7 +36,7 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert re.search(rf"samples trained\s*│\s*{included}\b", out), out[-2500:]
     versions = read_all(settings, settings.topics.policy_versions.name)
     assert re.search(rf"policy version\s*│\s*{len(versions)}\b", out)
-    again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env)
+    again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "topics: already match topics.yaml" in again.stdout
     assert _counts(again.stdout, "chat.turns") == (310, 620)

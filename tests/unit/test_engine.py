@@ -111,3 +111,20 @@ def test_zero_stages_train_on_cpu(stage: int) -> None:
     assert stats.step == 1 and stats.tokens == sum(mb.tokens for mb in mbs)
     end = [eng.logprobs(mb) for mb in mbs]
     assert any(not torch.allclose(a, b) for a, b in zip(start, end, strict=True))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"gradient_checkpointing": True},
+        {"bf16": True},
+        {"zero_stage": 2, "offload_optimizer": True},
+    ],
+    ids=["gradient_checkpointing", "bf16", "zero2_offload"],
+)
+def test_memory_and_precision_options_train(options: dict) -> None:
+    eng = engine("rl", **options)
+    mbs = micro_batches(samples([1.0, -1.0]), 2, pad_id=0)
+    before = eng.parameters_snapshot()
+    stats = eng.train_step(mbs)
+    assert stats.step == 1 and changed(before, eng.parameters_snapshot())
