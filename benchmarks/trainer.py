@@ -5,7 +5,11 @@ mean) on the same tiny random model and the same batch; the plain loop uses
 torch.optim.AdamW with no DeepSpeed. Tokens/s counts response tokens trained.
 Prints a table and writes benchmarks/results/trainer.json.
 
-    python benchmarks/trainer.py [--device cpu|cuda] [--steps 5] [--samples 32]
+    python benchmarks/trainer.py [--device cpu|cuda] [--model tiny|0.5b] [--steps 5]
+
+``--model 0.5b`` is a randomly initialised Qwen2-0.5B-shaped policy (bf16 on
+cuda); MFU = 6 * parameters * tokens/s / the GPU's peak bf16 FLOP/s
+(``--peak-tflops``, default 989 for an H100/H200 SXM dense bf16).
 """
 
 from __future__ import annotations
@@ -28,6 +32,22 @@ from pipeline.training.engine import PolicyEngine, token_logprobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VOCAB = 512
+MODELS = {
+    "tiny": {
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "0.5b": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+}
 
 
 def workload(n: int, seed: int = 0) -> list[TokenizedSample]:
@@ -66,16 +86,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--peak-tflops", type=float, default=989.0)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device here")
-    tiny = {
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-    }
+    tiny = MODELS[args.model]
     config = TrainerConfig(
         mode="rl",
         lr=1e-4,
@@ -83,11 +99,13 @@ def main() -> None:
         zero_stage=1,
         tiny_model=tiny,
         bf16=args.device == "cuda",
+        update_weights_interval=0,
     )
     batch = workload(args.samples)
     bucketed = micro_batches(batch, args.micro_batch, pad_id=0, bucketing=True)
     plain_mbs = micro_batches(batch, args.micro_batch, pad_id=0, bucketing=False)
-    engine = PolicyEngine(config, vocab_size=VOCAB)
+    engine = PolicyEngine(config, vocab_size=VOCAB if args.model == "tiny" else 151936)
+    params = sum(p.numel() for p in engine.engine.module.parameters())
     model = copy.deepcopy(engine.engine.module)
     opt = torch.optim.AdamW(
         model.parameters(),
@@ -115,12 +133,19 @@ def main() -> None:
         "ratio_deepspeed_over_plain": round(ds_tps / plain_tps, 3),
         "padding_fraction_bucketed": round(padding_fraction(bucketed), 4),
         "padding_fraction_unbucketed": round(padding_fraction(plain_mbs), 4),
+        "parameters": params,
+        "mfu_deepspeed": round(6 * params * ds_tps / (args.peak_tflops * 1e12), 4)
+        if args.device == "cuda"
+        else None,
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"trainer-{args.device}.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS / f"trainer-{args.device}-{args.model}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if result["mfu_deepspeed"] is not None:
+        print(f"MFU (DeepSpeed step): {result['mfu_deepspeed']}")
     print(f"\n{'trainer step':<28}{'tokens/s':>12}")
     print(f"{'DeepSpeed (PolicyEngine)':<28}{result['deepspeed_tokens_per_s']:>12}")
     print(f"{'plain PyTorch loop':<28}{result['plain_torch_tokens_per_s']:>12}")

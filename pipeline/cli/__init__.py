@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -28,7 +29,22 @@ app.command("train")(train.train)
 app.command("demo")(demo.demo)
 
 
+def _take_local_rank(argv: list[str]) -> list[str]:
+    """Drop the ``--local_rank=N`` the ``deepspeed`` launcher inserts; keep it in LOCAL_RANK."""
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg.startswith(("--local_rank=", "--local-rank=")):
+            os.environ.setdefault("LOCAL_RANK", arg.split("=", 1)[1])
+        elif arg in ("--local_rank", "--local-rank"):
+            os.environ.setdefault("LOCAL_RANK", next(args, "0"))
+        else:
+            out.append(arg)
+    return out
+
+
 def main() -> None:
+    sys.argv = _take_local_rank(sys.argv)
     try:
         app()
     except TurnstreamError as exc:

@@ -250,6 +250,13 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
     judge, teacher = build_judge(settings)
     app = build_app(settings, judge, teacher=teacher)
+    client = getattr(judge, "client", None)
+    if client is not None:
+
+        @app.on_before_shutdown.connect  # type: ignore[arg-type]
+        async def close_judge_client(app: faust.App, **_kw: Any) -> None:
+            await client.close()
+
     metrics.serve(settings.scoring.web_port)
     log.info("judge: %s", judge.identity.model_dump())
     Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -7,6 +7,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 from kafka import KafkaProducer
 
@@ -40,7 +41,24 @@ def sample(i: int, mask: int = 1, reason: str | None = None, ids: bool = False) 
     )
 
 
-def write_config(tmp_path: Path, policy_url: str) -> Path:
+def publish(settings: Settings, samples: list[Sample]) -> None:
+    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for s in samples:
+        raw.send(settings.topics.samples_scored.name, key=s.session_id.encode(), value=encode(s))
+    raw.flush()
+    raw.close()
+
+
+def assert_trained_once(settings: Settings, ledger: Path, samples: list[Sample]) -> None:
+    """Every sample_id trained exactly once, none skipped, all offsets committed."""
+    trained = [line.split("\t")[1] for line in ledger.read_text().splitlines()]
+    assert sorted(trained) == sorted(s.sample_id for s in samples)
+    group = settings.topic_prefix + "turnstream-trainer"
+    assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
+
+
+def write_config(tmp_path: Path, policy_url: str | None) -> Path:
+    """A CPU trainer config; with no policy_url, no weights are pushed."""
     config = {
         "mode": "rl",
         "rollout_batch_size": 4,
@@ -58,8 +76,8 @@ def write_config(tmp_path: Path, policy_url: str) -> Path:
         "checkpoint_dir": str(tmp_path / "trainer" / "ckpt"),
         "weights_dir": str(tmp_path / "trainer" / "weights"),
         "metrics_jsonl": str(tmp_path / "trainer" / "metrics.jsonl"),
-        "policy_urls": [policy_url],
-        "update_weights_interval": 1,
+        "policy_urls": [policy_url] if policy_url else [],
+        "update_weights_interval": 1 if policy_url else 0,
     }
     path = tmp_path / "trainer.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -178,15 +196,8 @@ def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
 
     admin.apply(settings)
     included = [sample(i, ids=True) for i in range(80)]
-    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
-    for s in included:
-        raw.send(settings.topics.samples_scored.name, key=s.session_id.encode(), value=encode(s))
-    raw.flush()
-    raw.close()
-    config = write_config(tmp_path, "http://127.0.0.1:9")
-    data = yaml.safe_load(config.read_text())
-    data.update(update_weights_interval=0, policy_urls=[])
-    config.write_text(yaml.safe_dump(data))
+    publish(settings, included)
+    config = write_config(tmp_path, policy_url=None)
     ledger = tmp_path / "ledger.tsv"
     args = [
         "pipeline.cli",
@@ -219,34 +230,19 @@ def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
         timeout=600,
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    trained = [line.split("\t")[1] for line in ledger.read_text().splitlines()]
-    assert sorted(trained) == sorted(s.sample_id for s in included)  # once each, none skipped
-    group = settings.topic_prefix + "turnstream-trainer"
-    assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
+    assert_trained_once(settings, ledger, included)
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_two_ranks_rank0_consumes_and_broadcasts(
-    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path, launcher: str
 ) -> None:
     admin.apply(settings)
     included = [sample(i, ids=i % 2 == 0) for i in range(9)]
-    raw = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
-    for s in included:
-        raw.send(settings.topics.samples_scored.name, key=s.session_id.encode(), value=encode(s))
-    raw.flush()
-    raw.close()
-    config = write_config(tmp_path, "http://127.0.0.1:9")
-    data = yaml.safe_load(config.read_text())
-    data.update(update_weights_interval=0, policy_urls=[])
-    config.write_text(yaml.safe_dump(data))
+    publish(settings, included)
+    config = write_config(tmp_path, policy_url=None)
     ledger = tmp_path / "ledger.tsv"
-    args = [
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port_pair()),
-        "-m",
+    train = [
         "pipeline.cli",
         "train",
         "--config",
@@ -255,6 +251,27 @@ def test_two_ranks_rank0_consumes_and_broadcasts(
         "--ledger",
         str(ledger),
     ]
+    port = str(free_port_pair())
+    if launcher == "torchrun":
+        args = [
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            port,
+            "-m",
+            *train,
+        ]
+    else:  # the `deepspeed` command, on CPU ranks
+        args = [
+            "deepspeed.launcher.runner",
+            "--num_gpus",
+            "2",
+            "--master_port",
+            port,
+            "--module",
+            *train,
+        ]
     proc = spawn(args, tmp_path / "ranks.log", {**cli_env, "OMP_NUM_THREADS": "1"})
     try:
         code = proc.wait(timeout=600)
@@ -264,7 +281,4 @@ def test_two_ranks_rank0_consumes_and_broadcasts(
     log = (tmp_path / "ranks.log").read_text()
     assert code == 0, log[-4000:]
     assert log.count("trained 3 step(s)") == 2  # both ranks took the same 3 steps
-    trained = [line.split("\t")[1] for line in ledger.read_text().splitlines()]
-    assert sorted(trained) == sorted(s.sample_id for s in included)
-    group = settings.topic_prefix + "turnstream-trainer"
-    assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
+    assert_trained_once(settings, ledger, included)

@@ -43,3 +43,14 @@ def test_worker_flags_are_checked_before_anything_starts() -> None:
         settings_with_scoring({"vote_mode": "early_stop", "m": 5})
     ok = settings_with_scoring({"judge": "openai", "judge_urls": ["http://127.0.0.1:9"], "m": 5})
     assert ok.scoring.m == 5 and ok.scoring.judge == "openai"
+
+
+def test_deepspeed_launcher_local_rank_argument_is_taken(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from pipeline.cli import _take_local_rank
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    argv = ["turnstream", "--local_rank=1", "train", "--config", "c.yaml"]
+    assert _take_local_rank(argv) == ["turnstream", "train", "--config", "c.yaml"]
+    assert os.environ["LOCAL_RANK"] == "1"
