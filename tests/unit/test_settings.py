@@ -56,3 +56,21 @@ def test_yaml_settings_file_is_lowest_priority(monkeypatch: pytest.MonkeyPatch, 
     assert settings.topic_prefix == "from-yaml."
     assert settings.client_id == "env-client"
     assert settings.topics.chat_turns.name == "from-yaml.chat.turns"
+
+
+def test_security_settings_flow_to_the_faust_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import faust
+
+    from pipeline.scoring.app import faust_credentials
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9093")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("KAFKA_SASL_USERNAME", "worker")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "pw-123")
+    creds = faust_credentials(load_settings())
+    assert isinstance(creds, faust.SASLCredentials)
+    assert (creds.username, creds.password) == ("worker", "pw-123")
+    assert creds.mechanism.value == "SCRAM-SHA-512"
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
+    assert faust_credentials(load_settings()) is None
