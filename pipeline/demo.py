@@ -210,6 +210,7 @@ def train_tiny_policy(
     config_path = workdir / "trainer.yaml"
     config_path.write_text(yaml.safe_dump(config))
     seen = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    console.print()  # the live table above ends without a newline on a non-terminal
     console.print("training a tiny random policy on CPU (DeepSpeed, ZeRO-1, fp32) ...")
     env = {
         **os.environ,
