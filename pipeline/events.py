@@ -219,7 +219,9 @@ def _raise_first(exc: ValidationError, tagged: bool = False) -> None:
     raise EventDecodeError(_field_path(loc), problem) from exc
 
 
-def _load_json(raw: bytes | str) -> Any:
+def _load_json(raw: bytes | str | None) -> Any:
+    if raw is None:
+        raise EventDecodeError("", "the record has no value (a tombstone)")
     if isinstance(raw, bytes):
         try:
             raw.decode("utf-8")
@@ -231,7 +233,7 @@ def _load_json(raw: bytes | str) -> Any:
         raise EventDecodeError("", f"not valid JSON: {exc}") from exc
 
 
-def decode_input(raw: bytes | str) -> Turn | Message | SessionEnd:
+def decode_input(raw: bytes | str | None) -> Turn | Message | SessionEnd:
     """Decode one ``chat.turns`` event; raise EventDecodeError on anything wrong."""
     data = _load_json(raw)
     if not isinstance(data, dict):
@@ -249,7 +251,7 @@ def decode_input(raw: bytes | str) -> Turn | Message | SessionEnd:
 M = TypeVar("M", bound=BaseModel)
 
 
-def decode_as(model: type[M], raw: bytes | str) -> M:
+def decode_as(model: type[M], raw: bytes | str | None) -> M:
     """Decode an event of a known kind (paired, sample, deadletter)."""
     data = _load_json(raw)
     try:
@@ -265,9 +267,10 @@ def encode(event: BaseModel) -> bytes:
 
 
 def dead_letter(
-    stage: str, error: str, source: str, raw: bytes, ts: float, max_raw_bytes: int
+    stage: str, error: str, source: str, raw: bytes | None, ts: float, max_raw_bytes: int
 ) -> DeadLetter:
     """A dead-letter record; raw input above ``max_raw_bytes`` is kept truncated."""
+    raw = raw or b""
     kept = raw[:max_raw_bytes]
     return DeadLetter(
         stage=stage,

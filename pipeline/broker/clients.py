@@ -83,3 +83,12 @@ def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) 
         "auto_offset_reset": "earliest",
         **overrides,
     }
+
+
+def flush_or_raise(prod: KafkaProducer, futures: list[Any], what: str) -> None:
+    """Flush, then fail loudly if any of ``futures`` was not delivered (before a commit)."""
+    prod.flush()
+    failed = [f for f in futures if f.failed()]
+    futures.clear()
+    if failed:
+        raise BrokerError(f"{len(failed)} {what} could not be delivered: {failed[0].exception!r}")

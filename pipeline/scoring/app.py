@@ -188,11 +188,16 @@ def build_app(
                 task = asyncio.ensure_future(
                     judging.handle(event.value, event.key, _where(event.message))
                 )
-                await window.put((event, task))
-                if emitter.done():
-                    emitter.result()  # surface a crash of the emitter
+                put = asyncio.ensure_future(window.put((event, task)))
+                await asyncio.wait({put, emitter}, return_when=asyncio.FIRST_COMPLETED)
+                if emitter.done():  # sending failed: stop here, unacked records are re-read
+                    put.cancel()
+                    task.cancel()
+                    emitter.result()
         finally:
             emitter.cancel()
+            while not window.empty():
+                window.get_nowait()[1].cancel()
 
     @app.timer(interval=10.0)
     async def report_lag() -> None:
@@ -208,9 +213,9 @@ def build_app(
     async def idle_sweep() -> None:
         now = time.time()
         for session_id, state in list(sessions.items()):
-            if not state or state.get("pending") is None:
-                continue
-            if now - state["last_seen"] <= s.idle_timeout_s:
+            # An idle session is ended on the log: a pending turn is flushed without a
+            # next state, and a session with nothing pending is forgotten.
+            if not state or now - state["last_seen"] <= s.idle_timeout_s:
                 continue
             if now - flagged.get(session_id, 0.0) < s.idle_timeout_s:
                 continue  # already asked; the pairing agent will apply it
@@ -219,6 +224,9 @@ def build_app(
             )
             await turns.send(key=session_id.encode(), value=encode(end))
             flagged[session_id] = now
+        for session_id, when in list(flagged.items()):
+            if now - when > 2 * s.idle_timeout_s:
+                del flagged[session_id]
 
     return app
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from pipeline.broker.clients import consumer_config, producer
+from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import RetryRecord, dead_letter, decode_as, encode
 from pipeline.settings import Settings
@@ -49,11 +49,12 @@ def requeue(
             )
         consumer.assign(tps)
         ends = consumer.end_offsets(tps)
+        sent: list[Any] = []
         while any(consumer.position(tp) < ends[tp] for tp in tps):
             for records in consumer.poll(timeout_ms=1000).values():
                 for rec in records:
-                    _route(rec, out, settings, max_attempts, report)
-            out.flush()
+                    sent.append(_route(rec, out, settings, max_attempts, report))
+            flush_or_raise(out, sent, "requeued pairs or dead letters")
             consumer.commit()
             if progress:
                 progress(report)
@@ -63,7 +64,7 @@ def requeue(
     return report
 
 
-def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: RetryReport) -> None:
+def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: RetryReport) -> Any:
     topics = settings.topics
     source = f"{rec.topic}/{rec.partition}/{rec.offset}"
     try:
@@ -73,9 +74,8 @@ def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: Re
     else:
         if record.attempts < max_attempts:
             paired = record.paired.model_copy(update={"attempt": record.attempts + 1})
-            out.send(topics.turns_paired.name, key=rec.key, value=encode(paired))
             report.requeued += 1
-            return
+            return out.send(topics.turns_paired.name, key=rec.key, value=encode(paired))
         reason = (
             f"judge still unreachable after {record.attempts} attempts "
             f"(max {max_attempts}): {record.error}"
@@ -83,5 +83,5 @@ def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: Re
     letter = dead_letter(
         "retry", reason, source, rec.value, time.time(), topics.deadletter.max_message_bytes // 2
     )
-    out.send(topics.deadletter.name, value=encode(letter))
     report.dead_lettered += 1
+    return out.send(topics.deadletter.name, value=encode(letter))

@@ -126,12 +126,11 @@ async def score_pair(
             ev = await judge.eval(*args)
         else:
             hi = await judge.hint(*args)
+    judge_s = time.monotonic() - started
     teacher_out = None
     if hi is not None and hi.hint and teacher is not None:
         teacher_out = await teacher.logprobs(turn, hi.hint)
-    return build_sample(
-        paired, judge.identity, mode, ev, hi, time.monotonic() - started, teacher_out
-    )
+    return build_sample(paired, judge.identity, mode, ev, hi, judge_s, teacher_out)
 
 
 def build_sample(

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
-from pipeline.broker.clients import consumer_config, producer
+from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import Sample, dead_letter, decode_as, encode
 from pipeline.settings import Settings
@@ -114,6 +114,8 @@ class Trainer:
         self.ledger = Ledger(self.state.ledger)
         self.skipped: Counter[str] = Counter(self.state.skipped)
         self.pending: list[Pending] = []
+        self.pending_ids: set[str] = set()
+        self._sent: list[Any] = []  # futures of records to deliver before the next commit
         self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
         dist = torch.distributed
         self.rank = dist.get_rank() if dist.is_initialized() else 0
@@ -176,11 +178,9 @@ class Trainer:
                 time.time(),
                 self.settings.topics.deadletter.max_message_bytes // 2,
             )
-            out.send(self.settings.topics.deadletter.name, value=encode(letter))
+            self._sent.append(out.send(self.settings.topics.deadletter.name, value=encode(letter)))
             return
-        if sample.sample_id in self.ledger or any(
-            p.sample.sample_id == sample.sample_id for p in self.pending
-        ):
+        if sample.sample_id in self.ledger or sample.sample_id in self.pending_ids:
             self.skipped["duplicate"] += 1
         elif sample.loss_mask == 0:
             self.skipped[f"excluded:{sample.exclude_reason}"] += 1
@@ -193,6 +193,10 @@ class Trainer:
         else:
             tok = tokenize_sample(sample, self.tokenizer, self.config.max_seq_len)
             self.pending.append(Pending(tok, rec.partition, rec.offset))
+            self.pending_ids.add(sample.sample_id)
+
+    def _done(self) -> bool:
+        return self.config.max_steps is not None and self.state.step >= self.config.max_steps
 
     def _batch_ready(self) -> bool:
         if self.config.max_tokens_per_batch:
@@ -258,15 +262,19 @@ class Trainer:
         ends = consumer.end_offsets(tps) if until_end else {}
         try:
             while not self.stop_requested:
-                if self.config.max_steps is not None and self.state.step >= self.config.max_steps:
+                if self._done():
                     break
                 for tp, records in consumer.poll(timeout_ms=poll_ms).items():
                     for rec in records:
                         self._accept(rec, out)
                         self.positions[tp.partition] = rec.offset + 1
-                if self._batch_ready():
+                stepped = False
+                while self._batch_ready() and not self._done():
                     self._step(consumer, out, tps)
-                elif until_end and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                    stepped = True
+                if stepped:
+                    continue
+                if until_end and all(consumer.position(tp) >= ends[tp] for tp in tps):
                     if self.pending:
                         self._step(consumer, out, tps)  # the last, partial batch
                     else:
@@ -282,6 +290,7 @@ class Trainer:
     def _step(self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]) -> None:
         size = self._batch_size()
         batch, self.pending = self.pending[:size], self.pending[size:]
+        self.pending_ids.difference_update(p.sample.sample_id for p in batch)
         samples = [p.sample for p in batch]
         shards = self._shards(samples)
         total = sum(len(s.response_ids) for s in samples)
@@ -344,7 +353,8 @@ class Trainer:
         tps: list[TopicPartition],
         trained: list[str] | None = None,
     ) -> None:
-        out.flush()  # dead letters of the records below are delivered first
+        # Dead letters and policy versions of the records below are delivered first.
+        flush_or_raise(out, self._sent, "dead letters or policy versions")
         offsets = self._commit_offsets()
         self.state.offsets = {str(p): o for p, o in offsets.items()}
         self.state.ledger = self.ledger.ids()
@@ -375,7 +385,11 @@ class Trainer:
             log.error("%s", exc)
             return None
         record = PolicyVersion(version, str(path), step, time.time())
-        out.send(self.settings.topics.policy_versions.name, key=b"policy", value=record.encode())
+        self._sent.append(
+            out.send(
+                self.settings.topics.policy_versions.name, key=b"policy", value=record.encode()
+            )
+        )
         self.state.policy_version = version
         return record
 

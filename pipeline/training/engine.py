@@ -126,7 +126,7 @@ class PolicyEngine:
         model = build_model(config, vocab_size)
         self.reference = None
         if config.kl_coef > 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False).to(self.device)
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -227,9 +227,8 @@ class PolicyEngine:
             )
         stats = losses.ppo_clip_loss(logp, old, adv, mask, c.eps_clip, c.eps_clip_high, is_weights)
         loss = stats.pg_loss
-        entropy = losses.entropy_from_logits(logits.detach(), mask)
+        entropy = losses.entropy_from_logits(logits if c.entropy_coef else logits.detach(), mask)
         if c.entropy_coef:
-            entropy = losses.entropy_from_logits(logits, mask)
             loss = loss - c.entropy_coef * entropy
         kl = torch.zeros(())
         if self.reference is not None:

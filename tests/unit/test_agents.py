@@ -88,3 +88,13 @@ async def test_judge_agent_scores_and_emits_in_order() -> None:
         (-1.0, 1, None),
         (0.0, 0, "neutral_score"),
     ]
+
+
+async def test_tombstones_are_dead_lettered_not_fatal() -> None:
+    app, sent = app_with_sink()
+    async with app.agents["pair"].test_context() as agent:
+        await agent.put(None, key=b"s1")
+        await agent.put(turn(0, "q"), key=b"s1")
+    assert [o.topic for o in sent] == ["tc.pipeline.deadletter"]
+    assert "no value" in decode_as(DeadLetter, sent[0].value).error
+    assert app.tables["sessions"].get("s1") is not None  # the next event still paired

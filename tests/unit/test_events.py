@@ -194,3 +194,12 @@ def test_shipped_examples_are_valid_and_varied() -> None:
     assert len(sessions) == 50
     assert kinds["turn:main"] > 100 and kinds["turn:side"] > 0
     assert kinds["message"] > 0 and kinds["session_end"] > 0
+
+
+def test_a_record_without_value_is_a_decode_error_and_can_be_dead_lettered() -> None:
+    with pytest.raises(EventDecodeError, match="no value"):
+        decode_input(None)
+    with pytest.raises(EventDecodeError, match="no value"):
+        decode_as(Sample, None)
+    letter = dead_letter("pair", "no value", "t/0/1", None, ts=1.0, max_raw_bytes=10)
+    assert letter.raw_bytes == 0 and letter.raw_b64 == ""

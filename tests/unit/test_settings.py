@@ -74,3 +74,28 @@ def test_security_settings_flow_to_the_faust_workers(monkeypatch: pytest.MonkeyP
     assert creds.mechanism.value == "SCRAM-SHA-512"
     monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
     assert faust_credentials(load_settings()) is None
+
+
+def test_flush_or_raise_reports_undelivered_records() -> None:
+    from pipeline.broker.clients import flush_or_raise
+    from pipeline.errors import BrokerError
+
+    class Future:
+        def __init__(self, exc: Exception | None) -> None:
+            self.exception = exc
+
+        def failed(self) -> bool:
+            return self.exception is not None
+
+    class Producer:
+        flushed = 0
+
+        def flush(self) -> None:
+            self.flushed += 1
+
+    prod = Producer()
+    ok = [Future(None), Future(None)]
+    flush_or_raise(prod, ok, "records")  # type: ignore[arg-type]
+    assert prod.flushed == 1 and ok == []
+    with pytest.raises(BrokerError, match="1 dead letters could not be delivered"):
+        flush_or_raise(prod, [Future(None), Future(TimeoutError("t"))], "dead letters")  # type: ignore[arg-type]
