@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +10,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
-from pipeline.events import RetryRecord, dead_letter, decode_as, encode
+from pipeline.events import RetryRecord, decode_as, encode
+from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
 
 
@@ -80,8 +80,6 @@ def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: Re
             f"judge still unreachable after {record.attempts} attempts "
             f"(max {max_attempts}): {record.error}"
         )
-    letter = dead_letter(
-        "retry", reason, source, rec.value, time.time(), topics.deadletter.max_message_bytes // 2
-    )
+    letter = DeadLetters(topics)("retry", reason, source, rec.value)
     report.dead_lettered += 1
-    return out.send(topics.deadletter.name, value=encode(letter))
+    return out.send(letter.topic, value=letter.value)

@@ -58,7 +58,7 @@ class DeadLetters:
         self.topic = topics.deadletter.name
         self.max_raw = topics.deadletter.max_message_bytes // 2
 
-    def __call__(self, stage: str, error: str, source: str, raw: bytes) -> Out:
+    def __call__(self, stage: str, error: str, source: str, raw: bytes | None) -> Out:
         metrics.DEAD_LETTERS.labels(stage).inc()
         record = dead_letter(stage, error, source, raw, time.time(), self.max_raw)
         return Out(self.topic, None, encode(record))

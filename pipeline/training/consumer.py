@@ -24,7 +24,8 @@ from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartitio
 
 from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
-from pipeline.events import Sample, dead_letter, decode_as, encode
+from pipeline.events import Sample, decode_as
+from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
 from pipeline.training.config import TrainerConfig
@@ -115,7 +116,10 @@ class Trainer:
         self.skipped: Counter[str] = Counter(self.state.skipped)
         self.pending: list[Pending] = []
         self.pending_ids: set[str] = set()
-        self._sent: list[Any] = []  # futures of records to deliver before the next commit
+        self._sent: list[Any] = []
+        self.dead_letters = DeadLetters(
+            settings.topics
+        )  # futures of records to deliver before the next commit
         self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
         dist = torch.distributed
         self.rank = dist.get_rank() if dist.is_initialized() else 0
@@ -170,15 +174,10 @@ class Trainer:
             sample = decode_as(Sample, rec.value)
         except EventDecodeError as exc:
             self.skipped["invalid"] += 1
-            letter = dead_letter(
-                "train",
-                str(exc),
-                f"{rec.topic}/{rec.partition}/{rec.offset}",
-                rec.value,
-                time.time(),
-                self.settings.topics.deadletter.max_message_bytes // 2,
+            letter = self.dead_letters(
+                "train", str(exc), f"{rec.topic}/{rec.partition}/{rec.offset}", rec.value
             )
-            self._sent.append(out.send(self.settings.topics.deadletter.name, value=encode(letter)))
+            self._sent.append(out.send(letter.topic, value=letter.value))
             return
         if sample.sample_id in self.ledger or sample.sample_id in self.pending_ids:
             self.skipped["duplicate"] += 1

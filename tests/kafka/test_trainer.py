@@ -57,6 +57,10 @@ def assert_trained_once(settings: Settings, ledger: Path, samples: list[Sample])
     assert group_lag(settings, group, [settings.topics.samples_scored.name]) == 0
 
 
+def train_args(config: Path, ledger: Path) -> list[str]:
+    return ["train", "--config", str(config), "--until-end", "--ledger", str(ledger)]
+
+
 def write_config(tmp_path: Path, policy_url: str | None) -> Path:
     """A CPU trainer config; with no policy_url, no weights are pushed."""
     config = {
@@ -109,12 +113,7 @@ def test_trainer_trains_each_included_sample_once_and_pushes_weights(
     ledger = tmp_path / "ledger.tsv"
     try:
         first = turnstream(
-            "train",
-            "--config",
-            str(config),
-            "--until-end",
-            "--ledger",
-            str(ledger),
+            *train_args(config, ledger),
             env=cli_env,
             timeout=600,
         )
@@ -124,12 +123,7 @@ def test_trainer_trains_each_included_sample_once_and_pushes_weights(
         assert "'duplicate': 1" in first.stdout and "'excluded:neutral_score': 3" in first.stdout
         # A restart resumes from the checkpoint: nothing is trained again.
         second = turnstream(
-            "train",
-            "--config",
-            str(config),
-            "--until-end",
-            "--ledger",
-            str(ledger),
+            *train_args(config, ledger),
             env=cli_env,
             timeout=600,
         )
@@ -199,15 +193,7 @@ def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
     publish(settings, included)
     config = write_config(tmp_path, policy_url=None)
     ledger = tmp_path / "ledger.tsv"
-    args = [
-        "pipeline.cli",
-        "train",
-        "--config",
-        str(config),
-        "--until-end",
-        "--ledger",
-        str(ledger),
-    ]
+    args = ["pipeline.cli", *train_args(config, ledger)]
     proc = spawn(args, tmp_path / "train1.log", cli_env)
     deadline = time.monotonic() + 300
     while not ledger.exists() or len(ledger.read_text().splitlines()) < 12:
@@ -220,12 +206,7 @@ def test_kill_9_mid_training_then_restart_trains_every_sample_exactly_once(
     assert killed_at < len(included), "the trainer finished before it could be killed"
 
     again = turnstream(
-        "train",
-        "--config",
-        str(config),
-        "--until-end",
-        "--ledger",
-        str(ledger),
+        *train_args(config, ledger),
         env=cli_env,
         timeout=600,
     )
@@ -242,15 +223,7 @@ def test_two_ranks_rank0_consumes_and_broadcasts(
     publish(settings, included)
     config = write_config(tmp_path, policy_url=None)
     ledger = tmp_path / "ledger.tsv"
-    train = [
-        "pipeline.cli",
-        "train",
-        "--config",
-        str(config),
-        "--until-end",
-        "--ledger",
-        str(ledger),
-    ]
+    train = ["pipeline.cli", *train_args(config, ledger)]
     port = str(free_port_pair())
     if launcher == "torchrun":
         args = [
