@@ -146,8 +146,8 @@ class LocalKafka:
         cmd = self._java(
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            cluster_id,
+            # one argument: a random id may start with '-', which argparse takes for an option
+            f"--cluster-id={cluster_id}",
             "-c",
             str(self.properties),
             "--standalone",

@@ -25,6 +25,7 @@ from faust.types import StreamT
 from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
+from pipeline.scoring.guard import OffsetGuard, Record, kafka_guard
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
@@ -110,10 +111,12 @@ def build_app(
     judge: Judge,
     sender: Sender | None = None,
     teacher: Teacher | None = None,
+    guard: OffsetGuard | None = None,
 ) -> faust.App:
     """The Faust app of one scoring worker (agents, table, timer).
 
-    ``sender`` replaces the Kafka sends (tests observe the agents' output with it).
+    ``sender`` replaces the Kafka sends (tests observe the agents' output with it);
+    ``guard`` reads back records the Faust stream skipped (see pipeline.scoring.guard).
     """
     s, topics = settings.scoring, settings.topics
     app = faust.App(
@@ -159,17 +162,32 @@ def build_app(
 
     send = sender or send_to_kafka
 
+    async def recovered(message: Any) -> list[Record]:
+        if guard is None:
+            return []
+        return await guard.missing(message.topic, message.partition, message.offset)
+
+    if guard is not None:
+
+        @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+        async def forget_positions(_app: faust.App, *_args: Any, **_kw: Any) -> None:
+            guard.reset()
+
     @app.agent(turns, name="pair")
     async def pair(stream: StreamT) -> None:
-        async for event in stream.events():
-            msg = event.message
-            result = pairing.handle(event.value, event.key, _where(msg), sessions.get)
+        async def apply(raw: bytes | None, key: bytes | None, where: str) -> None:
+            result = pairing.handle(raw, key, where, sessions.get)
             if result.session_id is not None:
                 if result.forget:
                     sessions.pop(result.session_id, None)
                 else:
                     sessions[result.session_id] = result.state
             await send(result.outs)
+
+        async for event in stream.events():
+            for rec in await recovered(event.message):
+                await apply(rec.value, rec.key, rec.where)
+            await apply(event.value, event.key, _where(event.message))
 
     @app.agent(paired, name="judge")
     async def judge_agent(stream: StreamT) -> None:
@@ -180,20 +198,24 @@ def build_app(
             while True:
                 event, task = await window.get()
                 await send(await task)
-                await manual.ack(event)
+                if event is not None:  # None: a record the guard read back (no Faust ack)
+                    await manual.ack(event)
+
+        async def admit(event: Any, raw: bytes | None, key: bytes | None, where: str) -> None:
+            task = asyncio.ensure_future(judging.handle(raw, key, where))
+            put = asyncio.ensure_future(window.put((event, task)))
+            await asyncio.wait({put, emitter}, return_when=asyncio.FIRST_COMPLETED)
+            if emitter.done():  # sending failed: stop here, unacked records are re-read
+                put.cancel()
+                task.cancel()
+                emitter.result()
 
         emitter = asyncio.ensure_future(emit_in_order())
         try:
             async for event in manual.events():
-                task = asyncio.ensure_future(
-                    judging.handle(event.value, event.key, _where(event.message))
-                )
-                put = asyncio.ensure_future(window.put((event, task)))
-                await asyncio.wait({put, emitter}, return_when=asyncio.FIRST_COMPLETED)
-                if emitter.done():  # sending failed: stop here, unacked records are re-read
-                    put.cancel()
-                    task.cancel()
-                    emitter.result()
+                for rec in await recovered(event.message):
+                    await admit(None, rec.value, rec.key, rec.where)
+                await admit(event, event.value, event.key, _where(event.message))
         finally:
             emitter.cancel()
             while not window.empty():
@@ -257,7 +279,8 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     )
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
     judge, teacher = build_judge(settings)
-    app = build_app(settings, judge, teacher=teacher)
+    group = settings.topic_prefix + settings.scoring.group_id
+    app = build_app(settings, judge, teacher=teacher, guard=kafka_guard(settings, group))
     client = getattr(judge, "client", None)
     if client is not None:
 

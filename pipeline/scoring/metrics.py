@@ -37,6 +37,11 @@ DEAD_LETTERS = Counter(
     "turnstream_dead_letters_total", "records sent to the dead-letter topic", ["stage"]
 )
 IN_FLIGHT = Gauge("turnstream_judge_pairs_in_flight", "pairs being judged by this worker")
+SKIPPED_RECOVERED = Counter(
+    "turnstream_skipped_records_recovered_total",
+    "records the Faust stream skipped that the offset guard read back",
+    ["topic"],
+)
 LAG = Gauge("turnstream_consumer_lag", "records behind the end of each input topic", ["topic"])
 
 

@@ -74,7 +74,7 @@ class PairingStage:
 
     def handle(
         self,
-        raw: bytes,
+        raw: bytes | None,
         key: bytes | None,
         source: str,
         lookup: Callable[[str], dict[str, Any] | None],
@@ -111,7 +111,7 @@ class PairingStage:
         state = step.state.to_dict() if step.state else None
         return PairResult(event.session_id, state, step.state is None, outs, step.outcome)
 
-    def _reject(self, error: str, source: str, raw: bytes) -> PairResult:
+    def _reject(self, error: str, source: str, raw: bytes | None) -> PairResult:
         metrics.EVENTS.labels("invalid").inc()
         return PairResult(None, None, False, [self.dead("pair", error, source, raw)], "invalid")
 
@@ -129,7 +129,7 @@ class JudgeStage:
         self.mode = mode
         self.teacher = teacher
 
-    async def handle(self, raw: bytes, key: bytes | None, source: str) -> list[Out]:
+    async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
         try:
             paired = decode_as(Paired, raw)
         except EventDecodeError as exc:

@@ -63,3 +63,23 @@ def spawn(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Wait until ``url`` answers (any status); fail if ``proc`` exits first."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode} before {url} answered")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")

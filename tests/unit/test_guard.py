@@ -1,0 +1,79 @@
+"""OffsetGuard: records a stream skipped are read back, in order, once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipeline.scoring.guard import OffsetGuard, Record
+
+
+class FakeLog:
+    def __init__(self, starts: dict[tuple[str, int], int]) -> None:
+        self.starts = starts
+        self.start_calls = 0
+        self.reads: list[tuple[str, int, int, int]] = []
+
+    def start_offsets(self, _keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.start_calls += 1
+        return dict(self.starts)
+
+    def read_range(self, topic: str, partition: int, first: int, end: int) -> list[Record]:
+        self.reads.append((topic, partition, first, end))
+        return [Record(topic, partition, o, b"k", b"v%d" % o) for o in range(first, end)]
+
+
+def offsets_read(guard: OffsetGuard, topic: str, partition: int, offset: int) -> list[int]:
+    return [r.offset for r in asyncio.run(guard.missing(topic, partition, offset))]
+
+
+def test_a_stream_that_starts_at_the_committed_offset_needs_nothing() -> None:
+    log = FakeLog({("t", 0): 37})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    assert [offsets_read(guard, "t", 0, o) for o in (37, 38, 39)] == [[], [], []]
+    assert log.reads == [] and log.start_calls == 1
+
+
+def test_a_skipped_first_record_is_read_back_before_the_event() -> None:
+    log = FakeLog({("t", 6): 37})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    assert offsets_read(guard, "t", 6, 38) == [37]
+    assert offsets_read(guard, "t", 6, 39) == []
+    assert log.reads == [("t", 6, 37, 38)]
+
+
+def test_a_gap_in_the_middle_is_read_back() -> None:
+    log = FakeLog({("t", 0): 0})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    offsets_read(guard, "t", 0, 0)
+    assert offsets_read(guard, "t", 0, 4) == [1, 2, 3]
+    assert offsets_read(guard, "t", 0, 5) == []
+
+
+def test_redelivered_records_are_not_a_gap_and_do_not_move_the_position_back() -> None:
+    log = FakeLog({("t", 0): 10})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    for o in (10, 11, 12):
+        offsets_read(guard, "t", 0, o)
+    assert offsets_read(guard, "t", 0, 12) == []  # seen again (at-least-once)
+    assert offsets_read(guard, "t", 0, 11) == []
+    assert offsets_read(guard, "t", 0, 13) == []
+    assert log.reads == []
+
+
+def test_partitions_are_tracked_separately_and_reset_asks_again() -> None:
+    log = FakeLog({("t", 0): 5, ("t", 1): 7, ("u", 0): 0})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    assert offsets_read(guard, "t", 0, 5) == []
+    assert offsets_read(guard, "t", 1, 9) == [7, 8]
+    assert offsets_read(guard, "u", 0, 0) == []
+    guard.reset()  # a rebalance: the group's committed offsets are the truth again
+    log.starts[("t", 0)] = 20
+    assert offsets_read(guard, "t", 0, 21) == [20]
+    assert log.start_calls == 2
+
+
+def test_an_unknown_start_checks_nothing() -> None:
+    log = FakeLog({})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    assert offsets_read(guard, "t", 0, 50) == []
+    assert offsets_read(guard, "t", 0, 52) == [51]  # later gaps are still caught
