@@ -1,4 +1,10 @@
-"""`turnstream demo`: the whole pipeline on this machine, with live counts per stage."""
+"""`turnstream demo`: the whole pipeline on this machine, with live progress per stage.
+
+Broker (started if none is configured) → topics → a scoring worker and a
+trainer (a tiny random policy on CPU) side by side → the shipped example
+sessions → live counts → a summary table and a PNG chart. Everything the demo
+started is stopped on the way out, normally or on Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from typing import Any
 import orjson
 import yaml
 from kafka import KafkaConsumer, TopicPartition
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
@@ -29,6 +35,15 @@ from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets, group_lag
 
+STAGES = {
+    "chat.turns": "turns in",
+    "turns.paired": "paired",
+    "samples.scored": "scored",
+    "samples.retry": "retry (judge unreachable)",
+    "pipeline.deadletter": "dead letters",
+    "policy.versions": "policy versions",
+}
+
 
 @dataclass
 class DemoReport:
@@ -36,7 +51,9 @@ class DemoReport:
     added: dict[str, int] = field(default_factory=dict)  # records added per topic this run
     scores: Counter[str] = field(default_factory=Counter)
     excluded: Counter[str] = field(default_factory=Counter)
+    votes: Counter[str] = field(default_factory=Counter)
     steps: list[dict[str, Any]] = field(default_factory=list)  # trainer metrics this run
+    chart: Path | None = None
 
 
 def describe_judge(settings: Settings) -> str:
@@ -46,38 +63,55 @@ def describe_judge(settings: Settings) -> str:
     return f"{s.judge} at {', '.join(s.judge_urls)}"
 
 
-def start_worker(settings: Settings, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    judge = settings.scoring.judge if settings.scoring.judge_urls else "rules"
-    args = [
-        sys.executable,
-        "-m",
-        "pipeline.cli",
-        "worker",
-        "--judge",
-        judge,
-        "--web-port",
-        "0",
-        "--data-dir",
-        str(data_dir),
-        "--loglevel",
-        "warn",
-    ]
-    for url in settings.scoring.judge_urls if judge != "rules" else []:
-        args += ["--judge-url", url]
-    env = {
+def _child_env(settings: Settings) -> dict[str, str]:
+    return {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
     }
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A child in its own process group (Ctrl-C reaches the demo only; it stops the child)."""
     with open(log, "wb") as out:
         return subprocess.Popen(
-            args,
+            [sys.executable, "-m", "pipeline.cli", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def start_worker(settings: Settings, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    judge = settings.scoring.judge if settings.scoring.judge_urls else "rules"
+    args = ["worker", "--judge", judge, "--web-port", "0", "--data-dir", str(data_dir)]
+    for url in settings.scoring.judge_urls if judge != "rules" else []:
+        args += ["--judge-url", url]
+    return _spawn([*args, "--loglevel", "warn"], _child_env(settings), log)
+
+
+def start_trainer(settings: Settings, workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`turnstream train` on a tiny random policy (CPU); returns it and its metrics file."""
+    base = yaml.safe_load(
+        shipped_file("configs/trainer-cpu-tiny.yaml", "trainer-cpu-tiny.yaml").read_text()
+    )
+    trainer_dir = workdir / "trainer"
+    trainer_dir.mkdir(parents=True, exist_ok=True)
+    metrics = trainer_dir / "metrics.jsonl"
+    config = {
+        **base,
+        "checkpoint_dir": str(trainer_dir / "ckpt"),
+        "weights_dir": str(trainer_dir / "weights"),
+        "metrics_jsonl": str(metrics),
+    }
+    config_path = workdir / "trainer.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    proc = _spawn(
+        ["train", "--config", str(config_path)], _child_env(settings), workdir / "trainer.log"
+    )
+    return proc, metrics
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
@@ -91,49 +125,6 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None
         proc.wait()
 
 
-def progress_table(settings: Settings, before: dict[str, int], now: dict[str, int]) -> Table:
-    table = Table(title="records per stage (this run)")
-    table.add_column("stage")
-    table.add_column("topic")
-    table.add_column("this run", justify="right")
-    table.add_column("total", justify="right")
-    stages = {
-        "chat.turns": "turns in",
-        "turns.paired": "paired",
-        "samples.scored": "scored",
-        "samples.retry": "retry (judge unreachable)",
-        "pipeline.deadletter": "dead letters",
-        "policy.versions": "policy versions",
-    }
-    for spec in settings.topics:
-        table.add_row(
-            stages.get(spec.logical, spec.logical),
-            spec.name,
-            str(now[spec.name] - before[spec.name]),
-            str(now[spec.name]),
-        )
-    return table
-
-
-def read_samples(settings: Settings, start: dict[int, int]) -> list[Sample]:
-    """The samples this run added (from the offsets recorded before it)."""
-    topic = settings.topics.samples_scored.name
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, start.get(tp.partition, 0))
-        ends = consumer.end_offsets(tps)
-        samples: list[Sample] = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=500).values():
-                samples.extend(decode_as(Sample, r.value) for r in records)
-        return samples
-    finally:
-        consumer.close()
-
-
 def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
     consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
     try:
@@ -143,15 +134,127 @@ def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+class Watch:
+    """What this run added so far: samples (by score, exclusion, vote) and training steps."""
+
+    def __init__(self, settings: Settings, scored_start: dict[int, int], metrics: Path) -> None:
+        topic = settings.topics.samples_scored.name
+        self.consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+        tps = [TopicPartition(topic, p) for p in self.consumer.partitions_for_topic(topic) or []]
+        self.consumer.assign(tps)
+        for tp in tps:
+            self.consumer.seek(tp, scored_start.get(tp.partition, 0))
+        self.metrics = metrics
+        self._metrics_seen = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+        self.samples: dict[str, Sample] = {}  # by sample_id: a redelivery counts once
+        self.steps: list[dict[str, Any]] = []
+
+    def poll(self) -> None:
+        for records in self.consumer.poll(timeout_ms=200).values():
+            for record in records:
+                sample = decode_as(Sample, record.value)
+                self.samples[sample.sample_id] = sample
+        if self.metrics.exists():
+            rows = self.metrics.read_text().splitlines()
+            complete = rows if rows and self.metrics.read_bytes().endswith(b"\n") else rows[:-1]
+            for row in complete[self._metrics_seen :]:
+                self.steps.append(orjson.loads(row))
+            self._metrics_seen = max(self._metrics_seen, len(complete))
+
+    def fill(self, report: DemoReport) -> None:
+        report.scores = Counter(f"{s.score:+g}" for s in self.samples.values())
+        report.excluded = Counter(
+            s.exclude_reason for s in self.samples.values() if s.exclude_reason
+        )
+        report.votes = Counter(
+            "failed" if v is None else f"{v:+d}" for s in self.samples.values() for v in s.votes
+        )
+        report.steps = list(self.steps)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def progress_view(
+    settings: Settings,
+    before: dict[str, int],
+    now: dict[str, int],
+    watch: Watch,
+    phase: str,
+) -> Group:
+    stages = Table(title="records per stage (this run)")
+    stages.add_column("stage")
+    stages.add_column("topic")
+    stages.add_column("this run", justify="right")
+    stages.add_column("total", justify="right")
+    for spec in settings.topics:
+        stages.add_row(
+            STAGES.get(spec.logical, spec.logical),
+            spec.name,
+            str(now[spec.name] - before[spec.name]),
+            str(now[spec.name]),
+        )
+    report = DemoReport()
+    watch.fill(report)
+    detail = Table(title=f"scoring and training ({phase})")
+    detail.add_column("what")
+    detail.add_column("count / value", justify="right")
+    for score in ("+1", "+0", "-1"):
+        detail.add_row(f"scored {score.replace('+0', '0')}", str(report.scores.get(score, 0)))
+    for reason, n in sorted(report.excluded.items()):
+        detail.add_row(f"excluded: {reason}", str(n))
+    retries = now[settings.topics.samples_retry.name] - before[settings.topics.samples_retry.name]
+    detail.add_row("retries (judge unreachable)", str(retries))
+    detail.add_row("training steps", str(len(report.steps)))
+    if report.steps:
+        last = report.steps[-1]
+        detail.add_row("last loss", f"{last['loss']:+.4f}")
+        detail.add_row("last reward mean", f"{last['reward_mean']:+.3f}")
+    return Group(stages, detail)
+
+
+def write_chart(report: DemoReport, path: Path) -> Path:
+    """Reward mean and loss per training step, and judge votes per value, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (reward_ax, loss_ax, votes_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    steps = [row["step"] for row in report.steps]
+    if steps:
+        reward_ax.plot(steps, [row["reward_mean"] for row in report.steps], marker="o")
+        loss_ax.plot(steps, [row["loss"] for row in report.steps], marker="o", color="tab:red")
+    else:
+        for ax in (reward_ax, loss_ax):
+            ax.text(0.5, 0.5, "no training steps", ha="center", va="center")
+    reward_ax.set(title="reward mean per step", xlabel="step", ylabel="mean score")
+    loss_ax.set(title="loss per step", xlabel="step", ylabel="loss")
+    labels = ["-1", "+0", "+1", "failed"]
+    counts = [report.votes.get(label, 0) for label in labels]
+    votes_ax.bar(
+        ["-1", "0", "+1", "failed"],
+        counts,
+        color=["tab:red", "tab:gray", "tab:green", "tab:orange"],
+    )
+    votes_ax.set(title="judge votes per value", ylabel="votes")
+    fig.suptitle("turnstream demo")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def run_demo(
     settings: Settings,
     sessions: Path,
     workdir: Path,
     console: Console,
     keep_broker: bool = False,
-    timeout_s: float = 300.0,
+    timeout_s: float = 600.0,
 ) -> DemoReport:
-    """Broker (if local) → topics → scoring worker → example sessions → wait → summary."""
+    """Run the pipeline on ``sessions`` and report what each stage did."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = DemoReport()
     with ExitStack() as cleanup:
@@ -176,122 +279,86 @@ def run_demo(
         before = end_offsets(settings, names)
         scored_start = partition_ends(settings, settings.topics.samples_scored.name)
         worker = start_worker(settings, workdir / "worker", workdir / "worker.log")
-        cleanup.callback(lambda: stop_process(worker))
+        cleanup.callback(stop_process, worker)
+        trainer, metrics = start_trainer(settings, workdir)
+        cleanup.callback(stop_process, trainer)
+        console.print(
+            "started a scoring worker and a trainer (tiny random policy, DeepSpeed on CPU); "
+            f"logs in {workdir}"
+        )
+        watch = Watch(settings, scored_start, metrics)
+        cleanup.callback(watch.close)
         with TurnProducer(settings) as producer:
             sent = produce_file(sessions, producer, skip_invalid=True)
         report.sent = sent.sent
         console.print(f"sent {sent.sent} events from {sessions}")
-        _wait_for_scoring(settings, worker, before, names, console, workdir, timeout_s)
-        report.steps = train_tiny_policy(settings, workdir, console, timeout_s)
+        _follow(settings, worker, trainer, watch, before, names, console, workdir, timeout_s)
         now = end_offsets(settings, names)
         report.added = {n: now[n] - before[n] for n in names}
-        for sample in read_samples(settings, scored_start):
-            report.scores[f"{sample.score:+g}"] += 1
-            if sample.exclude_reason:
-                report.excluded[sample.exclude_reason] += 1
+        watch.poll()
+        watch.fill(report)
+        report.chart = write_chart(report, workdir / "demo.png")
     return report
 
 
-def train_tiny_policy(
-    settings: Settings, workdir: Path, console: Console, timeout_s: float
-) -> list[dict[str, Any]]:
-    """Run `turnstream train` on the new samples (tiny random policy, CPU); its step metrics."""
-    base = yaml.safe_load(
-        shipped_file("configs/trainer-cpu-tiny.yaml", "trainer-cpu-tiny.yaml").read_text()
-    )
-    trainer_dir = workdir / "trainer"
-    metrics = trainer_dir / "metrics.jsonl"
-    config = {
-        **base,
-        "checkpoint_dir": str(trainer_dir / "ckpt"),
-        "weights_dir": str(trainer_dir / "weights"),
-        "metrics_jsonl": str(metrics),
-    }
-    config_path = workdir / "trainer.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    seen = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-    console.print()  # the live table above ends without a newline on a non-terminal
-    console.print("training a tiny random policy on CPU (DeepSpeed, ZeRO-1, fp32) ...")
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-    }
-    log = workdir / "trainer.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipeline.cli",
-                "train",
-                "--config",
-                str(config_path),
-                "--until-end",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        code = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise TurnstreamError(
-            f"training did not finish within {timeout_s:.0f}s; see {log}"
-        ) from exc
-    finally:
-        stop_process(proc)
-    if code != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise TurnstreamError(f"the trainer exited with {code}:\n{tail}")
-    rows = metrics.read_text().splitlines()[seen:] if metrics.exists() else []
-    steps = [orjson.loads(row) for row in rows]
-    table = Table(title="training steps (this run)")
-    for column in ("step", "samples", "loss", "reward mean", "tokens/s"):
-        table.add_column(column, justify="right")
-    for row in steps:
-        table.add_row(
-            str(row["step"]),
-            str(row["samples"]),
-            f"{row['loss']:+.4f}",
-            f"{row['reward_mean']:+.3f}",
-            f"{row['tokens_per_s']:.0f}",
-        )
-    console.print(table)
-    return steps
-
-
-def _stop_broker(local: LocalKafka, console: Console) -> None:
-    local.stop()
-    console.print("stopped the local broker this demo started")
-
-
-def _wait_for_scoring(
+def _follow(
     settings: Settings,
     worker: subprocess.Popen[bytes],
+    trainer: subprocess.Popen[bytes],
+    watch: Watch,
     before: dict[str, int],
     names: list[str],
     console: Console,
     workdir: Path,
     timeout_s: float,
 ) -> None:
+    """Live view until scoring caught up and the trainer trained everything, then return."""
     group = settings.topic_prefix + settings.scoring.group_id
     inputs = [settings.topics.chat_turns.name, settings.topics.turns_paired.name]
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    draining = False
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while True:
             now = end_offsets(settings, names)
-            live.update(progress_table(settings, before, now))
+            watch.poll()
+            phase = "training the last samples" if draining else "scoring"
+            live.update(progress_view(settings, before, now, watch, phase))
             if worker.poll() is not None:
-                log = (workdir / "worker.log").read_text(errors="replace")[-3000:]
-                raise TurnstreamError(f"the scoring worker exited with {worker.returncode}:\n{log}")
-            if group_lag(settings, group, inputs) == 0 and now[inputs[1]] > before[inputs[1]]:
-                return
+                raise TurnstreamError(
+                    f"the scoring worker exited with {worker.returncode}:\n"
+                    + _tail(workdir / "worker.log")
+                )
+            code = trainer.poll()
+            if code is not None and not (draining and code == 0):
+                raise TurnstreamError(
+                    f"the trainer exited with {code}:\n" + _tail(workdir / "trainer.log")
+                )
+            if draining and code == 0:
+                watch.poll()
+                live.update(progress_view(settings, before, now, watch, "done"))
+                break
+            if (
+                not draining
+                and time.monotonic() - started > 10  # the trainer's signal handlers are in
+                and now[inputs[1]] > before[inputs[1]]
+                and group_lag(settings, group, inputs) == 0
+            ):
+                trainer.send_signal(signal.SIGUSR1)  # train what is scored now, then stop
+                draining = True
             if time.monotonic() > deadline:
                 raise TurnstreamError(
-                    f"scoring did not catch up within {timeout_s:.0f}s; "
-                    f"see {workdir / 'worker.log'}"
+                    f"the demo did not finish within {timeout_s:.0f}s "
+                    f"({'training' if draining else 'scoring'}); see the logs in {workdir}"
                 )
             time.sleep(1.0)
+    console.print()  # the live view ends without a newline on a non-terminal
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+
+
+def _stop_broker(local: LocalKafka, console: Console) -> None:
+    local.stop()
+    console.print("stopped the local broker this demo started")

@@ -137,6 +137,53 @@ class ScoringSettings(BaseSettings):
         return value
 
 
+class ProxySettings(BaseSettings):
+    """The capture proxy: where it listens, what it fronts, how it buffers turns."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_PROXY_", frozen=True, extra="ignore")
+
+    host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
+    port: int = Field(30000, ge=0, le=65535, description="listen port")
+    upstream: str | None = Field(
+        None, description="base URL of the policy server (SGLang or any OpenAI-compatible one)"
+    )
+    upstream_api_key: SecretStr | None = Field(None, description="bearer token for the upstream")
+    api_key: SecretStr | None = Field(
+        None, description="clients must send 'Authorization: Bearer <key>' (unset = no auth)"
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="larger requests are refused with 413"
+    )
+    upstream_timeout_s: float = Field(600.0, gt=0, description="per upstream request")
+    default_turn_type: Literal["main", "side"] = Field(
+        "side", description="turn type of a request without X-Turn-Type (side turns never train)"
+    )
+    logprobs: bool = Field(True, description="ask the upstream for per-token log-probs")
+    token_ids: bool = Field(
+        False, description="ask the upstream for token ids (return_token_ids, where supported)"
+    )
+    buffer: int = Field(
+        10000, ge=1, description="events waiting for Kafka; beyond it they are spooled to disk"
+    )
+    send_attempts: int = Field(3, ge=1, description="Kafka deliveries tried before spooling")
+    policy_version: int | None = Field(
+        None, ge=0, description="fixed policy version to stamp (default: follow policy.versions)"
+    )
+    data_dir: Path = Field(
+        Path(".turnstream/proxy"), description="turn counters per session and the spool"
+    )
+
+    @field_validator("upstream")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"upstream {value!r} must start with http:// or https://")
+        return value.removesuffix("/v1")
+
+
 class Settings(BaseSettings):
     """Everything one turnstream process reads from its environment."""
 
@@ -150,6 +197,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings())
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
     scoring: ScoringSettings = Field(default_factory=lambda: ScoringSettings())
+    proxy: ProxySettings = Field(default_factory=lambda: ProxySettings())
 
     @classmethod
     def settings_customise_sources(

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.cli import demo, kafka, produce, retry, schema, topics, train, worker
+from pipeline.cli import demo, kafka, produce, proxy, retry, schema, topics, train, worker
 from pipeline.errors import TurnstreamError
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app.command("produce")(produce.produce)
 app.command("worker")(worker.worker)
 app.command("retry")(retry.retry)
 app.command("train")(train.train)
+app.command("proxy")(proxy.proxy)
 app.command("demo")(demo.demo)
 
 

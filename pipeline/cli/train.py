@@ -20,10 +20,18 @@ def train(
     ledger: Path = typer.Option(None, help="append 'step<TAB>sample_id' per trained sample"),
     help_config: bool = typer.Option(False, "--help-config", help="list every option and exit"),
 ) -> None:
-    """Consume samples.scored and train the policy (PPO / OPD / combine) with DeepSpeed."""
+    """Consume samples.scored and train the policy (PPO / OPD / combine) with DeepSpeed.
+
+    SIGTERM / Ctrl-C stop after the current step (checkpointed, offsets committed);
+    SIGUSR1 trains what is on samples.scored at that moment, then stops (like
+    --until-end, decided later).
+    """
     if help_config:
         typer.echo(config_help())
         return
+    from pipeline.training.signals import REQUESTS
+
+    REQUESTS.install()  # before the model loads: an early signal is remembered
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from pipeline.training.run import run_trainer
 

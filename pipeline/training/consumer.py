@@ -30,6 +30,7 @@ from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
 from pipeline.training.config import TrainerConfig
 from pipeline.training.metrics import MetricsSink
+from pipeline.training.signals import Requests
 from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class Trainer:
         self.ledger_log = ledger_log if self.rank == 0 else None
         if self.ledger_log is not None:
             reconcile_ledger_log(self.ledger_log, self.state)
-        self.stop_requested = False
+        self.requests = Requests()  # stop / drain flags, set by signal handlers
         self.sink = MetricsSink(
             config.metrics_jsonl if self.rank == 0 else None,
             config.metrics_port if self.rank == 0 else 0,
@@ -260,9 +261,12 @@ class Trainer:
         out = producer(self.settings, self.settings.topics.deadletter.max_message_bytes)
         ends = consumer.end_offsets(tps) if until_end else {}
         try:
-            while not self.stop_requested:
+            while not self.requests.stop:
                 if self._done():
                     break
+                if self.requests.drain and not until_end:
+                    until_end, ends = True, consumer.end_offsets(tps)  # what is there now
+                    log.info("draining: training up to the current end of samples.scored")
                 for tp, records in consumer.poll(timeout_ms=poll_ms).items():
                     for rec in records:
                         self._accept(rec, out)

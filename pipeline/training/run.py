@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
 from pipeline.settings import Settings
 from pipeline.training.config import TrainerConfig
 from pipeline.training.consumer import Trainer, TrainerState
+from pipeline.training.signals import REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,10 @@ def run_trainer(
 ) -> TrainerState:
     from pipeline.training.engine import PolicyEngine
 
+    REQUESTS.install()  # again, for callers that did not install them early
     tokenizer = load_tokenizer(config)
     engine = PolicyEngine(config, vocab_size=len(tokenizer))
     trainer = Trainer(settings, config, engine, tokenizer, ledger_log=ledger_log)
 
-    def stop(signum: int, _frame: object) -> None:
-        log.warning("signal %d: stopping after the current step", signum)
-        trainer.stop_requested = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    trainer.requests = REQUESTS
     return trainer.run(until_end=until_end)

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -36,6 +41,17 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert re.search(rf"samples trained\s*│\s*{included}\b", out), out[-2500:]
     versions = read_all(settings, settings.topics.policy_versions.name)
     assert re.search(rf"policy version\s*│\s*{len(versions)}\b", out)
+    assert "started a scoring worker and a trainer" in out
+    votes = Counter("failed" if v is None else f"{v:+d}" for x in scored for v in x.votes)
+    for value, n in votes.items():
+        assert re.search(rf"judge votes {re.escape(value)}\s*│\s*{n}\b", out), value
+    chart = tmp_path / "demo" / "demo.png"
+    assert f"chart: {chart}" in out.replace("\n", "")
+    png = chart.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (1300, 380)
+    assert _leftovers(tmp_path / "demo") == []
     again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "topics: already match topics.yaml" in again.stdout
@@ -49,6 +65,50 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert repaired <= this_run < 209 and total == 209 + this_run
     # Their sample_ids were trained already: the trainer skips them all.
     assert "samples trained" not in again.stdout
+
+
+def test_ctrl_c_stops_everything_the_demo_started(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    workdir = tmp_path / "demo"
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "demo", "--workdir", str(workdir)],
+            env={**cli_env, "PYTHONPATH": os.getcwd()},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "sent 310 events" not in log.read_text() or len(_leftovers(workdir)) < 3:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "interrupted: stopped everything this demo started" in log.read_text()
+    assert _leftovers(workdir) == []
+
+
+def _leftovers(workdir: Path) -> list[str]:
+    """Command lines of live processes that belong to this demo (its worker, its trainer)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        if cmdline.parent.name == str(os.getpid()):
+            continue
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(args).decode(errors="replace")
+        if str(workdir) in text:
+            found.append(text)
+    return found
 
 
 def _main_turns_of_ended_sessions() -> int:

@@ -1,0 +1,33 @@
+"""Prometheus metrics of the capture proxy (served on its own port at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter(
+    "turnstream_proxy_requests_total",
+    "chat requests by outcome (status code class or error kind) and streaming",
+    ["outcome", "stream"],
+)
+TURNS = Counter(
+    "turnstream_proxy_turns_total",
+    "turn events produced, by turn type and whether the session id came from the client",
+    ["turn_type", "session"],
+)
+SKIPPED = Counter(
+    "turnstream_proxy_turns_not_recorded_total",
+    "served requests that produced no turn, by reason",
+    ["reason"],
+)
+SINK = Counter(
+    "turnstream_proxy_sink_events_total",
+    "events handed to Kafka, by outcome (delivered, retried, buffer_full, spooled)",
+    ["outcome"],
+)
+BUFFERED = Gauge("turnstream_proxy_buffered_events", "events waiting for Kafka delivery")
+UPSTREAM_LATENCY = Histogram(
+    "turnstream_proxy_upstream_seconds",
+    "time from forwarding a request to the upstream's last byte",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+POLICY_VERSION = Gauge("turnstream_proxy_policy_version", "policy version stamped on new turns")

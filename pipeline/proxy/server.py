@@ -1,0 +1,377 @@
+"""The capture proxy: OpenAI-compatible chat in front of the policy server, turns into Kafka.
+
+``POST /v1/chat/completions`` is forwarded to the upstream (streamed responses
+pass through chunk by chunk as they arrive); once the response is complete the
+proxy produces a ``turn`` event to chat.turns (and a ``session_end`` when the
+client said the session is done). Producing goes through :class:`EventSink`:
+it never blocks or fails the user's response. ``GET /v1/models`` is forwarded;
+``GET /healthz`` and ``GET /metrics`` describe the proxy itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pipeline.errors import ConfigError, EventDecodeError
+from pipeline.events import SessionEnd, dead_letter, encode
+from pipeline.proxy import metrics
+from pipeline.proxy.capture import (
+    BadRequest,
+    Captured,
+    RequestMeta,
+    StreamAssembler,
+    build_turn,
+    from_completion,
+    request_meta,
+    upstream_body,
+)
+from pipeline.proxy.sessions import SessionCounters
+from pipeline.proxy.sink import EventSink
+from pipeline.settings import ProxySettings, Settings
+
+log = logging.getLogger(__name__)
+
+HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "content-encoding"}
+
+
+def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status
+    )
+
+
+@dataclass
+class ProxyState:
+    settings: Settings
+    sink: EventSink
+    counters: SessionCounters
+    versions: Any  # PolicyVersions, or anything with ``current``
+    http: aiohttp.ClientSession | None = None
+    warned_sessions: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
+    turns: int = 0
+    not_recorded: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def config(self) -> ProxySettings:
+        return self.settings.proxy
+
+    @property
+    def upstream(self) -> str:
+        if not self.config.upstream:
+            raise ConfigError("no upstream: set TURNSTREAM_PROXY_UPSTREAM or pass --upstream")
+        return self.config.upstream
+
+
+STATE = web.AppKey("state", ProxyState)
+
+
+def build_proxy(state: ProxyState) -> web.Application:
+    app = web.Application(
+        client_max_size=state.config.max_body_bytes,
+        middlewares=[_auth_middleware(state)],
+    )
+    app[STATE] = state
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", prometheus)
+    app.on_startup.append(_open_http)
+    app.on_cleanup.append(_close_http)
+    return app
+
+
+def _auth_middleware(state: ProxyState) -> Any:
+    key = state.config.api_key.get_secret_value().encode() if state.config.api_key else None
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        if key is None or request.path in ("/healthz", "/metrics"):
+            return await handler(request)
+        given = request.headers.get("Authorization", "")
+        token = given[7:].strip().encode() if given.lower().startswith("bearer ") else b""
+        if not hmac.compare_digest(token, key):
+            metrics.REQUESTS.labels("401", "-").inc()
+            return openai_error(
+                401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "auth_error"
+            )
+        return await handler(request)
+
+    return auth
+
+
+async def _open_http(app: web.Application) -> None:
+    state = app[STATE]
+    timeout = aiohttp.ClientTimeout(total=state.config.upstream_timeout_s)
+    state.http = aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=1024), auto_decompress=True
+    )
+
+
+async def _close_http(app: web.Application) -> None:
+    state = app[STATE]
+    if state.http is not None:
+        await state.http.close()
+
+
+def _upstream_headers(state: ProxyState, request: web.Request) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if state.config.upstream_api_key:
+        headers["Authorization"] = f"Bearer {state.config.upstream_api_key.get_secret_value()}"
+    elif state.config.api_key is None and "Authorization" in request.headers:
+        headers["Authorization"] = request.headers["Authorization"]  # the client's own key
+    return headers
+
+
+def _passthrough_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
+
+
+async def models(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    assert state.http is not None
+    try:
+        async with state.http.get(
+            state.upstream + "/v1/models", headers=_upstream_headers(state, request)
+        ) as up:
+            body = await up.read()
+            return web.Response(status=up.status, body=body, headers=_passthrough_headers(up))
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return openai_error(502, f"upstream {state.upstream} unreachable: {exc}", "upstream_error")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        metrics.REQUESTS.labels("413", "-").inc()
+        return openai_error(
+            413,
+            f"request body over {state.config.max_body_bytes} bytes "
+            "(TURNSTREAM_PROXY_MAX_BODY_BYTES)",
+        )
+    try:
+        body = orjson.loads(raw)
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        meta = request_meta(request.headers, body, state.config.default_turn_type)
+    except orjson.JSONDecodeError as exc:
+        metrics.REQUESTS.labels("400", "-").inc()
+        return openai_error(400, f"body is not valid JSON: {exc}")
+    except BadRequest as exc:
+        metrics.REQUESTS.labels("400", "-").inc()
+        return openai_error(400, str(exc))
+    _warn_once(state, meta)
+    forward = upstream_body(body, state.config.logprobs, state.config.token_ids)
+    stream = bool(body.get("stream"))
+    assert state.http is not None
+    started = time.perf_counter()
+    try:
+        async with state.http.post(
+            state.upstream + "/v1/chat/completions",
+            data=orjson.dumps(forward),
+            headers=_upstream_headers(state, request),
+        ) as up:
+            if up.status != 200:  # passed through as it is; nothing to record
+                payload = await up.read()
+                metrics.REQUESTS.labels(f"upstream_{up.status}", str(stream).lower()).inc()
+                return web.Response(
+                    status=up.status, body=payload, headers=_passthrough_headers(up)
+                )
+            if stream and up.content_type == "text/event-stream":
+                response, captured = await _relay_stream(request, up)
+            else:
+                payload = await up.read()
+                response = web.Response(status=200, body=payload, headers=_passthrough_headers(up))
+                captured = _parse_completion(payload)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        metrics.REQUESTS.labels("upstream_unreachable", str(stream).lower()).inc()
+        return openai_error(
+            502, f"upstream {state.upstream} failed: {type(exc).__name__}: {exc}", "upstream_error"
+        )
+    metrics.UPSTREAM_LATENCY.observe(time.perf_counter() - started)
+    metrics.REQUESTS.labels("200", str(stream).lower()).inc()
+    if captured is None:
+        _not_recorded(state, "stream_incomplete")
+    else:
+        _record(state, meta, body, captured)
+    return response
+
+
+def _parse_completion(payload: bytes) -> Captured | None:
+    try:
+        return from_completion(orjson.loads(payload))
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _relay_stream(
+    request: web.Request, up: aiohttp.ClientResponse
+) -> tuple[web.StreamResponse, Captured | None]:
+    """Forward SSE chunks as they arrive while rebuilding the completion."""
+    response = web.StreamResponse(status=200, headers=_passthrough_headers(up))
+    await response.prepare(request)
+    assembler = StreamAssembler()
+    try:
+        async for chunk in up.content.iter_any():
+            await response.write(chunk)
+            assembler.feed(chunk)
+        await response.write_eof()
+    except ConnectionResetError:  # the client went away: it never saw the whole turn
+        return response, None
+    return response, assembler.result() if assembler.done else None
+
+
+def _warn_once(state: ProxyState, meta: RequestMeta) -> None:
+    if meta.session_given and meta.turn_type_given:
+        return
+    key = meta.session_id
+    if key in state.warned_sessions or len(state.warned_sessions) > 100_000:
+        return
+    state.warned_sessions.add(key)
+    if not meta.session_given:
+        log.warning(
+            "a request without X-Session-Id: recorded under session %r; send X-Session-Id so "
+            "turns pair with their own next state",
+            meta.session_id,
+        )
+    if not meta.turn_type_given:
+        log.warning(
+            "session %r: a request without X-Turn-Type is recorded as a %s turn%s",
+            meta.session_id,
+            meta.turn_type,
+            " (side turns never train; send X-Turn-Type: main)" if meta.turn_type == "side" else "",
+        )
+
+
+def _not_recorded(state: ProxyState, reason: str) -> None:
+    state.not_recorded[reason] = state.not_recorded.get(reason, 0) + 1
+    metrics.SKIPPED.labels(reason).inc()
+
+
+def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured: Captured) -> None:
+    topics = state.settings.topics
+    now = time.time()
+    if captured.empty:
+        _not_recorded(state, "empty_response")
+    else:
+        index = state.counters.take(meta.session_id)
+        try:
+            turn = build_turn(meta, index, body, captured, state.versions.current, now)
+        except EventDecodeError as exc:
+            _not_recorded(state, "invalid_turn")
+            raw = orjson.dumps({"request": body, "response": captured.__dict__})
+            limit = topics.deadletter.max_message_bytes // 2
+            letter = dead_letter(
+                "proxy", str(exc), f"proxy/{meta.session_id}/{index}", raw, now, limit
+            )
+            state.sink.offer(topics.deadletter.name, None, encode(letter))
+            log.warning("session %s turn %d not recorded: %s", meta.session_id, index, exc)
+        else:
+            state.sink.offer(topics.chat_turns.name, meta.session_id.encode(), encode(turn))
+            state.turns += 1
+            metrics.TURNS.labels(meta.turn_type, "given" if meta.session_given else "missing").inc()
+    if meta.done:
+        end = SessionEnd(type="session_end", session_id=meta.session_id, ts=now, reason="client")
+        state.sink.offer(topics.chat_turns.name, meta.session_id.encode(), encode(end))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    sink = state.sink.stats()
+    return web.json_response(
+        {
+            "status": "ok",
+            "upstream": state.config.upstream,
+            "uptime_s": round(time.time() - state.started, 1),
+            "turns_recorded": state.turns,
+            "not_recorded": state.not_recorded,
+            "policy_version": state.versions.current,
+            "sessions_known": len(state.counters),
+            "kafka": sink,
+        }
+    )
+
+
+async def prometheus(_request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@dataclass
+class FixedVersion:
+    current: int | None
+
+
+def run_proxy(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM, then deliver (or spool) what is still buffered."""
+    from pipeline.broker.clients import producer
+    from pipeline.produce.producer import require_topics
+    from pipeline.proxy.versions import PolicyVersions
+
+    config = settings.proxy
+    topics = settings.topics
+    if not config.upstream:
+        raise ConfigError(
+            "no upstream policy server: pass --upstream URL or set TURNSTREAM_PROXY_UPSTREAM"
+        )
+    require_topics(settings, [topics.chat_turns.name, topics.deadletter.name])
+    out = producer(
+        settings,
+        max_request_size=max(
+            topics.chat_turns.max_message_bytes, topics.deadletter.max_message_bytes
+        ),
+        delivery_timeout_ms=30000,
+        request_timeout_ms=10000,
+        max_block_ms=10000,
+    )
+    sink = EventSink(out, config.buffer, config.send_attempts, config.data_dir / "spool")
+    counters = SessionCounters(config.data_dir / "sessions.sqlite")
+    counters.forget_older_than(30 * 24 * 3600)
+    versions: Any
+    if config.policy_version is not None:
+        versions = FixedVersion(config.policy_version)
+        metrics.POLICY_VERSION.set(config.policy_version)
+    else:
+        versions = PolicyVersions(settings)
+        versions.start()
+    state = ProxyState(settings, sink, counters, versions)
+    sink.start()
+    log.info(
+        "capture proxy on http://%s:%d -> %s; turns to %s; requests without X-Turn-Type are "
+        "%s turns",
+        config.host,
+        config.port,
+        config.upstream,
+        topics.chat_turns.name,
+        config.default_turn_type,
+    )
+    try:
+        web.run_app(
+            build_proxy(state),
+            host=config.host,
+            port=config.port,
+            print=lambda line: log.info("%s", line),
+            access_log=None,
+            shutdown_timeout=30,
+        )
+    finally:
+        if isinstance(versions, PolicyVersions):
+            versions.stop()
+        stats = sink.close()
+        counters.close()
+        log.info(
+            "proxy stopped: %d turn(s) recorded, %d event(s) delivered, %d spooled",
+            state.turns,
+            stats["delivered"],
+            stats["spooled"],
+        )

@@ -1,0 +1,202 @@
+"""EventSink: the proxy's bounded, never-blocking path from a served request to Kafka.
+
+A request handler only ever calls :meth:`EventSink.offer`, which returns at
+once. A background thread hands queued events to an idempotent kafka-python
+producer; a failed delivery is retried (``send_attempts`` in all). An event
+that cannot be queued (the buffer is full) or delivered is appended to a spool
+file in the same JSON Lines format `turnstream produce` reads, so it can be
+sent later; both are counted, logged and shown on ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka.errors import KafkaError
+
+from pipeline.proxy import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pending:
+    topic: str
+    key: bytes | None
+    value: bytes
+    attempts: int = 0
+
+
+class EventSink:
+    def __init__(
+        self,
+        producer: Any,
+        capacity: int,
+        send_attempts: int,
+        spool_dir: Path,
+        retry_backoff_s: float = 1.0,
+    ) -> None:
+        self._producer = producer
+        self.capacity = capacity
+        self.send_attempts = send_attempts
+        self.spool_dir = spool_dir
+        self.retry_backoff_s = retry_backoff_s
+        self._queue: collections.deque[Pending] = collections.deque()
+        self._cv = threading.Condition()
+        self._in_flight = 0
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self.delivered = 0
+        self.retried = 0
+        self.spooled = 0
+        self.buffer_full = 0
+        self.last_error: str | None = None
+
+    # -- the request side ---------------------------------------------------
+
+    def offer(self, topic: str, key: bytes | None, value: bytes) -> bool:
+        """Queue an event for Kafka; never blocks. False when it went to the spool."""
+        with self._cv:
+            if self._closing or len(self._queue) + self._in_flight >= self.capacity:
+                self.buffer_full += 1
+                metrics.SINK.labels("buffer_full").inc()
+                full = not self._closing
+            else:
+                self._queue.append(Pending(topic, key, value))
+                metrics.BUFFERED.set(len(self._queue) + self._in_flight)
+                self._cv.notify()
+                return True
+        reason = "buffer full" if full else "proxy shutting down"
+        self._spool(Pending(topic, key, value), reason)
+        return False
+
+    @property
+    def depth(self) -> int:
+        with self._cv:
+            return len(self._queue) + self._in_flight
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "buffered": self.depth,
+            "capacity": self.capacity,
+            "delivered": self.delivered,
+            "retried": self.retried,
+            "buffer_full": self.buffer_full,
+            "spooled": self.spooled,
+            "spool_dir": str(self.spool_dir),
+            "last_error": self.last_error,
+        }
+
+    # -- the Kafka side -----------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="turnstream-sink", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                item = self._queue.popleft()
+                self._in_flight += 1
+            self._send(item)
+
+    def _send(self, item: Pending) -> None:
+        item.attempts += 1
+        try:
+            future = self._producer.send(item.topic, key=item.key, value=item.value)
+        except KafkaError as exc:  # metadata or buffer timeout: the broker is unreachable
+            self._failed(item, exc)
+            return
+        future.add_callback(lambda _meta: self._delivered())
+        future.add_errback(lambda exc: self._failed(item, exc))
+
+    def _delivered(self) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            self.delivered += 1
+            metrics.BUFFERED.set(len(self._queue) + self._in_flight)
+            self._cv.notify_all()
+        metrics.SINK.labels("delivered").inc()
+
+    def _failed(self, item: Pending, exc: BaseException) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        retry = item.attempts < self.send_attempts and not self._closing
+        with self._cv:
+            self._in_flight -= 1
+            if retry:
+                self.retried += 1
+                self._in_flight += 1  # still ours until the retry lands
+            self._cv.notify_all()
+        if retry:
+            metrics.SINK.labels("retried").inc()
+            log.warning(
+                "Kafka delivery to %s failed (attempt %d of %d): %s; retrying",
+                item.topic,
+                item.attempts,
+                self.send_attempts,
+                self.last_error,
+            )
+            timer = threading.Timer(self.retry_backoff_s * item.attempts, self._resend, (item,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._spool(item, f"not delivered after {item.attempts} attempt(s): {self.last_error}")
+
+    def _resend(self, item: Pending) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            if self._closing:
+                closing = True
+            else:
+                closing = False
+                self._queue.appendleft(item)
+                self._cv.notify()
+        if closing:
+            self._spool(item, "proxy shutting down before a retry")
+
+    def _spool(self, item: Pending, reason: str) -> None:
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        path = self.spool_dir / f"{item.topic}.jsonl"
+        with self._cv:  # one writer at a time, whole lines
+            with open(path, "ab") as out:
+                out.write(item.value.rstrip(b"\n") + b"\n")
+            self.spooled += 1
+        metrics.SINK.labels("spooled").inc()
+        log.error(
+            "event for %s spooled to %s (%s); send it later with `turnstream produce %s`",
+            item.topic,
+            path,
+            reason,
+            path,
+        )
+
+    def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Deliver what is queued (within ``timeout_s``); spool whatever is left."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while (self._queue or self._in_flight) and time.monotonic() < deadline:
+                self._cv.wait(timeout=0.1)
+            self._closing = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._cv.notify_all()
+        try:
+            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        except KafkaError as exc:
+            log.error("final flush to Kafka failed: %s", exc)
+        for item in left:
+            self._spool(item, "proxy shutting down")
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._producer.close(timeout=5)
+        return self.stats()

@@ -1,0 +1,75 @@
+"""PolicyVersions: follows policy.versions so each turn carries the version being served."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+from pipeline.broker.clients import consumer_config
+from pipeline.proxy import metrics
+
+log = logging.getLogger(__name__)
+
+
+class PolicyVersions:
+    """The newest version on policy.versions (None until the trainer published one)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.topic = settings.topics.policy_versions.name
+        self.current: int | None = None
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="policy-versions", daemon=True)
+
+    def start(self, wait_s: float = 15.0) -> None:
+        """Follow the topic; return once what is on it now has been read (or after wait_s)."""
+        self._thread.start()
+        if not self._caught_up.wait(wait_s):
+            log.warning("%s not read to its end within %.0fs; continuing", self.topic, wait_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def observe(self, value: bytes | None) -> None:
+        try:
+            version = int(orjson.loads(value or b"null")["version"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("ignoring an unreadable record on %s: %r", self.topic, (value or b"")[:200])
+            return
+        if self.current is None or version > self.current:
+            self.current = version
+            metrics.POLICY_VERSION.set(version)
+            log.info("policy version %d is now stamped on new turns", version)
+
+    def _run(self) -> None:
+        consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))
+        try:
+            tps = [
+                TopicPartition(self.topic, p)
+                for p in consumer.partitions_for_topic(self.topic) or []
+            ]
+            if not tps:
+                log.warning("topic %s does not exist: turns carry no policy version", self.topic)
+                return
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            ends = consumer.end_offsets(tps)
+            while not self._stop.is_set():
+                for records in consumer.poll(timeout_ms=500).values():
+                    for record in records:
+                        self.observe(record.value)
+                if not self._caught_up.is_set() and all(
+                    consumer.position(tp) >= ends[tp] for tp in tps
+                ):
+                    self._caught_up.set()
+        except Exception:  # the proxy keeps serving; turns just lack a version
+            log.exception("following %s failed: turns carry no policy version", self.topic)
+        finally:
+            self._caught_up.set()
+            consumer.close()
