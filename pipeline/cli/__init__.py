@@ -9,7 +9,18 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.cli import demo, kafka, produce, proxy, retry, schema, topics, train, worker
+from pipeline.cli import (
+    demo,
+    kafka,
+    produce,
+    proxy,
+    replay,
+    retry,
+    schema,
+    topics,
+    train,
+    worker,
+)
 from pipeline.errors import TurnstreamError
 
 app = typer.Typer(
@@ -27,6 +38,8 @@ app.command("worker")(worker.worker)
 app.command("retry")(retry.retry)
 app.command("train")(train.train)
 app.command("proxy")(proxy.proxy)
+app.command("replay")(replay.replay_cmd)
+app.add_typer(replay.offsets_app, name="offsets")
 app.command("demo")(demo.demo)
 
 

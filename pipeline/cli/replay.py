@@ -1,0 +1,135 @@
+"""`turnstream replay` and `turnstream offsets show|reset`: the log as a replayable record."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline.replay import groups
+from pipeline.replay.copy import ReplayReport, replay, replay_id_for
+from pipeline.replay.ranges import resolve
+from pipeline.settings import Settings, load_settings
+
+console = Console(soft_wrap=True)
+offsets_app = typer.Typer(help="Show or move a consumer group's offsets.", no_args_is_help=True)
+
+
+def physical(settings: Settings, name: str) -> str:
+    """A logical name from topics.yaml (chat.turns) becomes its real name; others stay."""
+    specs = {spec.logical: spec.name for spec in settings.topics}
+    return specs.get(name, name)
+
+
+SINCE = typer.Option(None, help="start time: ISO 8601 (UTC if no zone) or epoch ms")
+UNTIL = typer.Option(None, help="end time (exclusive), same forms as --since")
+PARTITIONS = typer.Option(None, help="only these partitions, e.g. 0,3")
+
+
+def replay_cmd(
+    source: str = typer.Option(..., "--from", help="topic to read (logical or real name)"),
+    target: str = typer.Option(..., "--to", help="topic to write; it must exist"),
+    since: str = SINCE,
+    until: str = UNTIL,
+    start_offsets: str = typer.Option(None, help="PARTITION:OFFSET,... to start at"),
+    end_offsets: str = typer.Option(None, help="PARTITION:OFFSET,... to stop before"),
+    partitions: str = PARTITIONS,
+    replay_id: str = typer.Option(None, help="name this replay (default: a hash of the range)"),
+) -> None:
+    """Copy a range of one topic into another, keeping keys, headers and timestamps.
+
+    The range is resolved per partition when the command starts and the copy
+    stops at its end. Running the same replay again adds nothing: copies carry
+    a replay id and their source in headers, and the target is checked first.
+    """
+    settings = load_settings()
+    span = resolve(
+        settings,
+        physical(settings, source),
+        since=since,
+        until=until,
+        start_offsets=start_offsets,
+        end_offsets=end_offsets,
+        partitions=partitions,
+    )
+    to = physical(settings, target)
+    console.print(f"replaying {span.total} record(s) of {span.topic} {span.describe()} into {to}")
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rec/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("replay", total=span.total or 1, rate="-")
+
+        def show(report: ReplayReport) -> None:
+            bar.update(
+                task,
+                completed=report.copied + report.already_there,
+                rate=f"{report.rate:,.0f}",
+            )
+
+        rid = replay_id or replay_id_for(
+            span.topic,
+            to,
+            since=since,
+            until=until,
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+            partitions=partitions,
+        )
+        report = replay(settings, span, to, replay_id=rid, progress=show)
+        if span.total == 0:
+            bar.update(task, completed=1)
+    console.print(
+        f"replay {report.replay_id}: copied {report.copied}, already in {to} "
+        f"{report.already_there}, in {report.seconds:.1f}s ({report.rate:,.0f} records/s)"
+    )
+
+
+@offsets_app.command("show")
+def show(
+    group: str = typer.Option(..., help="consumer group id (as on the broker)"),
+    topic: list[str] = typer.Option(None, help="also show these topics (logical or real name)"),
+) -> None:
+    """Committed offset, end offset and lag per partition, and the group's members."""
+    settings = load_settings()
+    view = groups.describe(settings, group, [physical(settings, t) for t in topic or []])
+    console.print(f"group {view.group}: {view.state}, {len(view.members)} member(s)")
+    for member in view.members:
+        console.print(f"  {member}", highlight=False)
+    table = Table()
+    for column in ("topic", "partition", "committed", "end", "lag"):
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    for pos in view.positions:
+        table.add_row(
+            pos.topic,
+            str(pos.partition),
+            "-" if pos.committed is None else str(pos.committed),
+            str(pos.end),
+            "-" if pos.lag is None else str(pos.lag),
+        )
+    console.print(table)
+
+
+@offsets_app.command("reset")
+def reset(
+    group: str = typer.Option(..., help="consumer group id"),
+    topic: str = typer.Option(..., help="topic whose offsets move (logical or real name)"),
+    to_time: str = typer.Option(None, help="first record at or after this time"),
+    to_offset: str = typer.Option(None, help="PARTITION:OFFSET,... explicitly"),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="the start of the log"),
+    to_latest: bool = typer.Option(False, "--to-latest", help="the end of the log"),
+    partitions: str = PARTITIONS,
+) -> None:
+    """Move a group's committed offsets. Refused while the group has active members."""
+    settings = load_settings()
+    name = physical(settings, topic)
+    moved = groups.reset(
+        settings, group, name, to_time, to_offset, to_earliest, to_latest, partitions
+    )
+    for partition, offset in sorted(moved.items()):
+        console.print(f"{group} {name}[{partition}] -> {offset}", highlight=False)

@@ -1,0 +1,1 @@
+"""Replay: copy topic ranges, re-score past pairs, move consumer groups."""

@@ -1,0 +1,128 @@
+"""Ranges of a topic: times and offsets resolved per partition.
+
+A range is half-open per partition, ``[start, end)`` in offsets. Times are
+ISO 8601 (``2026-11-30T10:00:00Z``; no zone means UTC) or epoch milliseconds,
+resolved with ``offsets_for_times``: ``--since T`` starts at the first record
+whose timestamp is >= T, ``--until T`` ends before the first record whose
+timestamp is >= T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from pipeline.broker.clients import consumer_config
+from pipeline.errors import ConfigError
+from pipeline.settings import Settings
+
+
+def parse_time(value: str, option: str = "time") -> int:
+    """Epoch milliseconds from ISO 8601 or a plain epoch-ms integer."""
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(
+            f"{option} {value!r}: expected ISO 8601 (2026-11-30T10:00:00Z) or epoch milliseconds"
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def parse_offsets(value: str | None, option: str) -> dict[int, int]:
+    """``0:10,1:5`` -> {0: 10, 1: 5}."""
+    if not value:
+        return {}
+    out: dict[int, int] = {}
+    for part in value.split(","):
+        try:
+            partition, offset = part.split(":")
+            out[int(partition)] = int(offset)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{option} {value!r}: expected PARTITION:OFFSET[,PARTITION:OFFSET...]"
+            ) from exc
+    return out
+
+
+def parse_partitions(value: str | None) -> set[int] | None:
+    if not value:
+        return None
+    try:
+        return {int(p) for p in value.split(",")}
+    except ValueError as exc:
+        raise ConfigError(f"--partitions {value!r}: expected a comma-separated list") from exc
+
+
+@dataclass(frozen=True)
+class TopicRange:
+    topic: str
+    spans: dict[int, tuple[int, int]]  # partition -> [start, end)
+
+    @property
+    def total(self) -> int:
+        return sum(max(0, end - start) for start, end in self.spans.values())
+
+    def describe(self) -> str:
+        return ", ".join(f"{p}:[{s},{e})" for p, (s, e) in sorted(self.spans.items()))
+
+
+def resolve(
+    settings: Settings,
+    topic: str,
+    since: str | None = None,
+    until: str | None = None,
+    start_offsets: str | None = None,
+    end_offsets: str | None = None,
+    partitions: str | None = None,
+) -> TopicRange:
+    """The per-partition offsets of a time or offset range of ``topic``, as of now."""
+    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+    try:
+        known = consumer.partitions_for_topic(topic)
+        if not known:
+            raise ConfigError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
+        wanted = parse_partitions(partitions)
+        if wanted is not None and not wanted <= known:
+            raise ConfigError(f"--partitions {sorted(wanted - known)} not in {topic}")
+        tps = [TopicPartition(topic, p) for p in sorted(wanted if wanted is not None else known)]
+        first = consumer.beginning_offsets(tps)
+        last = consumer.end_offsets(tps)
+        starts = {tp: first[tp] for tp in tps}
+        ends = {tp: last[tp] for tp in tps}
+        if since is not None:
+            starts = _at_time(consumer, tps, parse_time(since, "--since"), last)
+        if until is not None:
+            ends = _at_time(consumer, tps, parse_time(until, "--until"), last)
+        for p, off in parse_offsets(start_offsets, "--start-offsets").items():
+            starts[_tp(topic, p, tps)] = off
+        for p, off in parse_offsets(end_offsets, "--end-offsets").items():
+            ends[_tp(topic, p, tps)] = off
+        spans = {
+            tp.partition: (max(starts[tp], first[tp]), min(max(ends[tp], starts[tp]), last[tp]))
+            for tp in tps
+        }
+        return TopicRange(topic, spans)
+    finally:
+        consumer.close()
+
+
+def _tp(topic: str, partition: int, tps: list[TopicPartition]) -> TopicPartition:
+    tp = TopicPartition(topic, partition)
+    if tp not in tps:
+        raise ConfigError(f"partition {partition} is not part of this range of {topic}")
+    return tp
+
+
+def _at_time(
+    consumer: Any, tps: list[TopicPartition], ms: int, last: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    found = consumer.offsets_for_times({tp: ms for tp in tps})
+    return {tp: (found[tp].offset if found.get(tp) is not None else last[tp]) for tp in tps}

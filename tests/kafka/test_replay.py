@@ -1,0 +1,185 @@
+"""`turnstream replay` and `turnstream offsets` against the real broker."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+from pipeline.broker.clients import admin_client
+from pipeline.settings import Settings
+from pipeline.topics import admin
+from tests.kafka.helpers import read_all, turnstream
+
+ERAS = (1_790_000_000_000, 1_790_000_100_000, 1_790_000_200_000)  # ms; 100 s apart
+
+
+def fill(settings: Settings) -> dict[int, list[tuple[str, int]]]:
+    """Records on chat.turns in three eras; returns (key, timestamp) per era."""
+    out = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    sent: dict[int, list[tuple[str, int]]] = {0: [], 1: [], 2: []}
+    for era, base in enumerate(ERAS):
+        for i in range(40):
+            key, ts = f"s{i % 7}", base + i
+            out.send(
+                settings.topics.chat_turns.name,
+                key=key.encode(),
+                value=f'{{"era": {era}, "i": {i}}}'.encode(),
+                headers=[("origin", b"test"), ("era", str(era).encode())],
+                timestamp_ms=ts,
+            )
+            sent[era].append((key, ts))
+    out.flush()
+    out.close()
+    return sent
+
+
+def make_target(settings: Settings, name: str, partitions: int) -> str:
+    topic = settings.topic_prefix + name
+    client = admin_client(settings)
+    try:
+        client.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        client.close()
+    return topic
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_replay_copies_exactly_a_time_range_once(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    admin.apply(settings)
+    sent = fill(settings)
+    target = make_target(settings, "replay.target", settings.topics.chat_turns.partitions)
+    args = ["replay", "--from", "chat.turns", "--to", target]
+    window = ["--since", iso(ERAS[1]), "--until", str(ERAS[2])]  # ISO and epoch ms
+    first = turnstream(*args, *window, env=cli_env)
+    assert first.returncode == 0, first.stderr
+    assert "copied 40, already in" in first.stdout and f"{target} 0," in first.stdout
+    copies = read_all(settings, target)
+    assert sorted((r.key.decode(), r.timestamp) for r in copies) == sorted(sent[1])
+    source = {
+        (r.partition, r.offset): r for r in read_all(settings, settings.topics.chat_turns.name)
+    }
+    for copy in copies:
+        headers = dict(copy.headers)
+        topic, partition, offset = headers["turnstream-replay-source"].decode().rsplit("/", 2)
+        original = source[(int(partition), int(offset))]
+        assert topic == settings.topics.chat_turns.name
+        assert (copy.key, copy.value, copy.timestamp) == (
+            original.key,
+            original.value,
+            original.timestamp,
+        )
+        assert copy.partition == original.partition  # same partition count: same partition
+        assert headers["origin"] == b"test" and headers["era"] == b"1"
+    again = turnstream(*args, *window, env=cli_env)
+    assert again.returncode == 0, again.stderr
+    assert "copied 0, already in" in again.stdout and f"{target} 40," in again.stdout
+    assert len(read_all(settings, target)) == 40
+
+
+def test_replay_by_offsets_and_partitions_into_a_differently_sized_topic(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    admin.apply(settings)
+    fill(settings)
+    target = make_target(settings, "replay.small", 1)
+    source = read_all(settings, settings.topics.chat_turns.name)
+    counts = {p: sum(1 for r in source if r.partition == p) for p in {r.partition for r in source}}
+    busy = max(counts, key=lambda p: counts[p])
+    result = turnstream(
+        "replay",
+        "--from",
+        "chat.turns",
+        "--to",
+        target,
+        "--partitions",
+        str(busy),
+        "--start-offsets",
+        f"{busy}:2",
+        "--end-offsets",
+        f"{busy}:7",
+        env=cli_env,
+    )
+    assert result.returncode == 0, result.stderr
+    copies = read_all(settings, target)
+    assert sorted(dict(r.headers)["turnstream-replay-source"].decode() for r in copies) == [
+        f"{settings.topics.chat_turns.name}/{busy}/{o}" for o in range(2, 7)
+    ]
+    bad = turnstream("replay", "--from", "chat.turns", "--to", target, "--since", "yesterday",
+                     env=cli_env)  # fmt: skip
+    assert bad.returncode == 1 and "expected ISO 8601" in bad.stderr
+    missing = turnstream("replay", "--from", "chat.turns", "--to", "nope", env=cli_env)
+    assert missing.returncode == 1 and "target topic nope does not exist" in missing.stderr
+
+
+def test_offsets_show_and_reset_refused_while_the_group_consumes(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    admin.apply(settings)
+    fill(settings)
+    topic = settings.topics.chat_turns.name
+    group = settings.topic_prefix + "readers"
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    seen = 0
+    while seen < 120:
+        seen += sum(len(v) for v in consumer.poll(timeout_ms=1000).values())
+    consumer.commit()
+    shown = turnstream("offsets", "show", "--group", group, env=cli_env)
+    assert shown.returncode == 0, shown.stderr
+    assert "1 member(s)" in shown.stdout
+    refused = turnstream(
+        "offsets", "reset", "--group", group, "--topic", "chat.turns", "--to-earliest", env=cli_env
+    )
+    assert refused.returncode == 1 and "active member" in refused.stderr
+    consumer.close()  # leaves the group
+
+    moved = turnstream(
+        "offsets", "reset", "--group", group, "--topic", "chat.turns", "--to-time",
+        str(ERAS[1]), env=cli_env,
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    records = read_all(settings, topic)
+    for tp_line in re.findall(r"\[(\d+)\] -> (\d+)", moved.stdout):
+        partition, offset = int(tp_line[0]), int(tp_line[1])
+        first_era1 = min(  # a partition without such a record moves to its end
+            (r.offset for r in records if r.partition == partition and r.timestamp >= ERAS[1]),
+            default=sum(1 for r in records if r.partition == partition),
+        )
+        assert offset == first_era1
+    client = admin_client(settings)
+    try:
+        committed = client.list_group_offsets(group).get(group, {})
+    finally:
+        client.close()
+    lag = sum(
+        sum(1 for r in records if r.partition == tp.partition) - meta.offset
+        for tp, meta in committed.items()
+    )
+    assert lag == 80  # eras 1 and 2 are to be read again
+    shown = turnstream("offsets", "show", "--group", group, env=cli_env)
+    assert "0 member(s)" in shown.stdout
+    busy = max({r.partition for r in records}, key=lambda p: sum(r.partition == p for r in records))
+    explicit = turnstream(
+        "offsets", "reset", "--group", group, "--topic", "chat.turns", "--to-offset", f"{busy}:1",
+        env=cli_env,
+    )  # fmt: skip
+    assert explicit.returncode == 0, explicit.stderr
+    client = admin_client(settings)
+    try:
+        committed = client.list_group_offsets(group).get(group, {})
+    finally:
+        client.close()
+    assert committed[TopicPartition(topic, busy)].offset == 1
