@@ -71,6 +71,14 @@ def _child_env(settings: Settings) -> dict[str, str]:
     }
 
 
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM if the demo dies without cleaning up (kill -9)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A child in its own process group (Ctrl-C reaches the demo only; it stops the child)."""
     with open(log, "wb") as out:
@@ -81,6 +89,7 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
 
 

@@ -39,6 +39,7 @@ app.command("retry")(retry.retry)
 app.command("train")(train.train)
 app.command("proxy")(proxy.proxy)
 app.command("replay")(replay.replay_cmd)
+app.command("rescore")(replay.rescore_cmd)
 app.add_typer(replay.offsets_app, name="offsets")
 app.command("demo")(demo.demo)
 

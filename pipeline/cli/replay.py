@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,6 +23,16 @@ def physical(settings: Settings, name: str) -> str:
     """A logical name from topics.yaml (chat.turns) becomes its real name; others stay."""
     specs = {spec.logical: spec.name for spec in settings.topics}
     return specs.get(name, name)
+
+
+def _columns() -> tuple[Any, ...]:
+    return (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rec/s"),
+        TimeElapsedColumn(),
+    )
 
 
 SINCE = typer.Option(None, help="start time: ISO 8601 (UTC if no zone) or epoch ms")
@@ -55,14 +68,7 @@ def replay_cmd(
     )
     to = physical(settings, target)
     console.print(f"replaying {span.total} record(s) of {span.topic} {span.describe()} into {to}")
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} rec/s"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
+    with Progress(*_columns(), console=console, transient=False) as bar:
         task = bar.add_task("replay", total=span.total or 1, rate="-")
 
         def show(report: ReplayReport) -> None:
@@ -133,3 +139,64 @@ def reset(
     )
     for partition, offset in sorted(moved.items()):
         console.print(f"{group} {name}[{partition}] -> {offset}", highlight=False)
+
+
+def rescore_cmd(
+    judge_config: Path = typer.Option(
+        ..., help="YAML of scoring options for the new judge (judge, judge_urls, m, ...)"
+    ),
+    output_topic: str = typer.Option(
+        "samples.scored.v2", help="where the new samples go (created like samples.scored)"
+    ),
+    source: str = typer.Option("turns.paired", "--from", help="pairs to judge again"),
+    since: str = SINCE,
+    until: str = UNTIL,
+    start_offsets: str = typer.Option(None, help="PARTITION:OFFSET,... to start at"),
+    end_offsets: str = typer.Option(None, help="PARTITION:OFFSET,... to stop before"),
+    partitions: str = PARTITIONS,
+) -> None:
+    """Judge a range of turns.paired again with another judge, into another topic.
+
+    Live consumers are untouched: the rescore has its own consumer group (one
+    per range, judge config and output), commits its progress, and resumes
+    when run again. An unreachable judge stops it with the progress kept.
+    """
+    from pipeline.replay.rescore import RescoreReport, judge_settings, rescore
+
+    settings = judge_settings(load_settings(), judge_config)
+    span = resolve(
+        settings,
+        physical(settings, source),
+        since=since,
+        until=until,
+        start_offsets=start_offsets,
+        end_offsets=end_offsets,
+        partitions=partitions,
+    )
+    out = (
+        output_topic
+        if output_topic != "samples.scored.v2"
+        else settings.topic_prefix + output_topic
+    )
+    s = settings.scoring
+    run_id = replay_id_for(span.topic, out, spans=span.describe(), judge=judge_config.read_text())
+    group = f"{settings.topic_prefix}turnstream-rescore.{run_id}"
+    console.print(
+        f"rescoring {span.total} pair(s) of {span.topic} {span.describe()} into {out} "
+        f"with judge={s.judge} m={s.m} vote_mode={s.vote_mode} mode={s.mode} (group {group})"
+    )
+    with Progress(*_columns(), console=console, transient=False) as bar:
+        task = bar.add_task("rescore", total=span.total or 1, rate="-")
+
+        def show(report: RescoreReport) -> None:
+            done = report.already_done + report.scored + report.dead_lettered
+            rate = (report.scored + report.dead_lettered) / report.seconds if report.seconds else 0
+            bar.update(task, completed=done, rate=f"{rate:,.0f}")
+
+        report = rescore(settings, span, out, group, progress=show)
+        if span.total == 0:
+            bar.update(task, completed=1)
+    console.print(
+        f"rescored {report.scored} sample(s) into {out} ({report.already_done} done before, "
+        f"{report.dead_lettered} dead-lettered) in {report.seconds:.1f}s"
+    )

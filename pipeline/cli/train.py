@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
+from pipeline.errors import ConfigError
 from pipeline.settings import load_settings
 from pipeline.training.config import config_help, load_trainer_config
 
@@ -18,6 +20,15 @@ def train(
         False, "--until-end", help="stop once samples.scored is consumed to its end"
     ),
     ledger: Path = typer.Option(None, help="append 'step<TAB>sample_id' per trained sample"),
+    from_topic: str = typer.Option(
+        None,
+        help="offline: train on a fixed range of this topic (e.g. samples.scored or a "
+        "rescored copy) and stop at its end",
+    ),
+    since: str = typer.Option(None, help="offline range start: ISO 8601 or epoch ms"),
+    until: str = typer.Option(None, help="offline range end (exclusive)"),
+    start_offsets: str = typer.Option(None, help="offline range start as PARTITION:OFFSET,..."),
+    end_offsets: str = typer.Option(None, help="offline range end as PARTITION:OFFSET,..."),
     help_config: bool = typer.Option(False, "--help-config", help="list every option and exit"),
 ) -> None:
     """Consume samples.scored and train the policy (PPO / OPD / combine) with DeepSpeed.
@@ -25,6 +36,11 @@ def train(
     SIGTERM / Ctrl-C stop after the current step (checkpointed, offsets committed);
     SIGUSR1 trains what is on samples.scored at that moment, then stops (like
     --until-end, decided later).
+
+    Offline (--from-topic with --since/--until or offsets): exactly that range,
+    partition after partition in offset order, under its own consumer group;
+    the same range, config and seed give the same batches in the same order.
+    Give it its own checkpoint_dir.
     """
     if help_config:
         typer.echo(config_help())
@@ -36,7 +52,32 @@ def train(
     from pipeline.training.run import run_trainer
 
     options = load_trainer_config(config, max_steps=max_steps)
-    state = run_trainer(load_settings(), options, until_end=until_end, ledger_log=ledger)
+    settings = load_settings()
+    span = None
+    if from_topic is not None:
+        from pipeline.cli.replay import physical
+        from pipeline.replay.copy import replay_id_for
+        from pipeline.replay.ranges import resolve
+
+        span = resolve(
+            settings,
+            physical(settings, from_topic),
+            since=since,
+            until=until,
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+        )
+        if options.group_id == "turnstream-trainer":  # the live trainer's: use one of our own
+            range_id = replay_id_for(span.topic, "train", spans=span.describe())
+            options = replace(options, group_id=f"{options.group_id}.offline.{range_id}")
+        typer.echo(
+            f"offline training on {span.total} record(s) of {span.topic} {span.describe()} "
+            f"(group {options.group_id})",
+            err=True,
+        )
+    elif any(v is not None for v in (since, until, start_offsets, end_offsets)):
+        raise ConfigError("--since/--until/--start-offsets/--end-offsets need --from-topic")
+    state = run_trainer(settings, options, until_end=until_end, ledger_log=ledger, span=span)
     typer.echo(
         f"trained {state.step} step(s); policy version {state.policy_version}; "
         f"skipped {state.skipped}"

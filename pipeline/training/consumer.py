@@ -25,6 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartitio
 from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import Sample, decode_as
+from pipeline.replay.ranges import TopicRange
 from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
@@ -106,10 +107,14 @@ class Trainer:
         engine: Any,
         tokenizer: Any,
         ledger_log: Path | None = None,
+        span: TopicRange | None = None,
     ) -> None:
         self.settings, self.config = settings, config
         self.engine, self.tokenizer = engine, tokenizer
-        self.topic = settings.topics.samples_scored.name
+        # Offline: exactly ``span`` (a range of any samples topic), partition after
+        # partition in offset order, so the same range and seed give the same batches.
+        self.span = span
+        self.topic = span.topic if span else settings.topics.samples_scored.name
         self.group = settings.topic_prefix + config.group_id
         self.ckpt_dir = Path(config.checkpoint_dir)
         self.state = self._load_checkpoint()
@@ -157,11 +162,15 @@ class Trainer:
         parts = consumer.partitions_for_topic(self.topic)
         if not parts:
             raise BrokerError(f"topic {self.topic} does not exist; run `turnstream topics apply`")
+        if self.span is not None:
+            parts = {p for p, (start, end) in self.span.spans.items() if end > start}
         tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         for tp in tps:
             if tp.partition in self.positions:
                 consumer.seek(tp, self.positions[tp.partition])
+            elif self.span is not None:
+                consumer.seek(tp, self.span.spans[tp.partition][0])
             else:
                 committed = consumer.committed(tp)
                 if committed is not None:
@@ -260,6 +269,9 @@ class Trainer:
         consumer, tps = self._consumer()
         out = producer(self.settings, self.settings.topics.deadletter.max_message_bytes)
         ends = consumer.end_offsets(tps) if until_end else {}
+        if self.span is not None:
+            until_end = True
+            ends = {tp: self.span.spans[tp.partition][1] for tp in tps}
         try:
             while not self.requests.stop:
                 if self._done():
@@ -267,8 +279,12 @@ class Trainer:
                 if self.requests.drain and not until_end:
                     until_end, ends = True, consumer.end_offsets(tps)  # what is there now
                     log.info("draining: training up to the current end of samples.scored")
+                if self.span is not None:
+                    self._one_partition_at_a_time(consumer, tps, ends)
                 for tp, records in consumer.poll(timeout_ms=poll_ms).items():
                     for rec in records:
+                        if self.span is not None and rec.offset >= ends[tp]:
+                            break  # past the range
                         self._accept(rec, out)
                         self.positions[tp.partition] = rec.offset + 1
                 stepped = False
@@ -277,7 +293,7 @@ class Trainer:
                     stepped = True
                 if stepped:
                     continue
-                if until_end and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                if until_end and all(self._position(consumer, tp) >= ends[tp] for tp in tps):
                     if self.pending:
                         self._step(consumer, out, tps)  # the last, partial batch
                     else:
@@ -289,6 +305,22 @@ class Trainer:
             out.close()
             consumer.close()
         return self.state
+
+    def _position(self, consumer: KafkaConsumer, tp: TopicPartition) -> int:
+        """Where this partition stands: the next offset to accept (the fetch position
+        can run past a range's end)."""
+        if self.span is not None:
+            return self.positions.get(tp.partition, self.span.spans[tp.partition][0])
+        return int(consumer.position(tp))
+
+    def _one_partition_at_a_time(
+        self, consumer: KafkaConsumer, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+    ) -> None:
+        """Fetch only the first partition of the range that is not done yet."""
+        current = next((tp for tp in tps if self._position(consumer, tp) < ends[tp]), None)
+        consumer.pause(*[tp for tp in tps if tp != current])
+        if current is not None:
+            consumer.resume(current)
 
     def _step(self, consumer: KafkaConsumer, out: KafkaProducer, tps: list[TopicPartition]) -> None:
         size = self._batch_size()

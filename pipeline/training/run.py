@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pipeline.replay.ranges import TopicRange
 from pipeline.settings import Settings
 from pipeline.training.config import TrainerConfig
 from pipeline.training.consumer import Trainer, TrainerState
@@ -35,13 +36,14 @@ def run_trainer(
     config: TrainerConfig,
     until_end: bool = False,
     ledger_log: Path | None = None,
+    span: TopicRange | None = None,
 ) -> TrainerState:
     from pipeline.training.engine import PolicyEngine
 
     REQUESTS.install()  # again, for callers that did not install them early
     tokenizer = load_tokenizer(config)
     engine = PolicyEngine(config, vocab_size=len(tokenizer))
-    trainer = Trainer(settings, config, engine, tokenizer, ledger_log=ledger_log)
+    trainer = Trainer(settings, config, engine, tokenizer, ledger_log=ledger_log, span=span)
 
     trainer.requests = REQUESTS
     return trainer.run(until_end=until_end)

@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from pipeline.events import Sample, SessionEnd, Turn, decode_as, decode_input
 from pipeline.settings import Settings
 from tests.conftest import REPO
@@ -67,8 +69,9 @@ def test_demo_runs_the_pipeline_through_scoring(
     assert "samples trained" not in again.stdout
 
 
-def test_ctrl_c_stops_everything_the_demo_started(
-    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_stopping_the_demo_stops_everything_it_started(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path, how: signal.Signals
 ) -> None:
     workdir = tmp_path / "demo"
     log = tmp_path / "demo.log"
@@ -86,13 +89,18 @@ def test_ctrl_c_stops_everything_the_demo_started(
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
-        assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
+        os.kill(proc.pid, how)  # SIGINT is what Ctrl-C sends to the foreground process
+        code = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert "interrupted: stopped everything this demo started" in log.read_text()
-    assert _leftovers(workdir) == []
+    if how == signal.SIGINT:
+        assert code == 130, log.read_text()[-3000:]
+        assert "interrupted: stopped everything this demo started" in log.read_text()
+    deadline = time.monotonic() + 60  # after kill -9 the children get SIGTERM and stop
+    while (left := _leftovers(workdir)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == []
 
 
 def _leftovers(workdir: Path) -> list[str]:

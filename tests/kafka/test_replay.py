@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -13,7 +14,10 @@ from pipeline.settings import Settings
 from pipeline.topics import admin
 from tests.kafka.helpers import read_all, turnstream
 
-ERAS = (1_790_000_000_000, 1_790_000_100_000, 1_790_000_200_000)  # ms; 100 s apart
+# Record timestamps (ms), 100 s apart, an hour ago: recent enough that retention
+# (which counts from record timestamps) keeps them for the test.
+_BASE = (int(time.time()) - 3600) * 1000
+ERAS = (_BASE, _BASE + 100_000, _BASE + 200_000)
 
 
 def fill(settings: Settings) -> dict[int, list[tuple[str, int]]]:
@@ -183,3 +187,80 @@ def test_offsets_show_and_reset_refused_while_the_group_consumes(
     finally:
         client.close()
     assert committed[TopicPartition(topic, busy)].offset == 1
+
+
+def example_pairs() -> list:
+    """The pairs the pairing stage makes of the shipped example sessions."""
+    from pipeline.events import decode_input
+    from pipeline.scoring.pairing import pair_step
+    from tests.conftest import REPO
+
+    states: dict = {}
+    pairs = []
+    for line in (REPO / "examples" / "sessions.jsonl").read_bytes().splitlines():
+        event = decode_input(line)
+        step = pair_step(states.get(event.session_id), event, 1.0, 1800.0)
+        states[event.session_id] = step.state
+        pairs += step.pairs
+    return pairs
+
+
+def test_rescore_a_range_with_another_judge_leaves_live_topics_alone(
+    settings: Settings, cli_env: dict[str, str], tmp_path
+) -> None:
+    from pipeline.broker.local import free_port_pair
+    from pipeline.events import Sample, decode_as, encode
+    from tests.kafka.helpers import spawn, wait_http
+
+    admin.apply(settings)
+    pairs = example_pairs()
+    out = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for i, pair in enumerate(pairs):
+        era = ERAS[0] if i < 60 else ERAS[1]
+        out.send(
+            settings.topics.turns_paired.name,
+            key=pair.turn.session_id.encode(),
+            value=encode(pair),
+            timestamp_ms=era + i,
+        )
+    out.flush()
+    out.close()
+    port = free_port_pair()
+    sim = spawn(
+        ["pipeline.testing.judge_sim", "--port", str(port), "--seed", "3"], tmp_path / "sim.log"
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", sim)
+        judge = tmp_path / "judge.yaml"
+        judge.write_text(
+            f"judge: sglang\njudge_urls: ['http://127.0.0.1:{port}']\nm: 5\nvote_mode: fixed\n"
+        )
+        args = ["rescore", "--judge-config", str(judge), "--until", str(ERAS[1])]
+        first = turnstream(*args, env=cli_env)
+        assert first.returncode == 0, first.stderr
+        assert "rescored 60 sample(s)" in first.stdout
+        output = settings.topic_prefix + "samples.scored.v2"
+        samples = [decode_as(Sample, r.value) for r in read_all(settings, output)]
+        assert sorted(s.sample_id for s in samples) == sorted(p.sample_id for p in pairs[:60])
+        for s in samples:
+            assert s.judge.backend == "sglang"
+            assert len(s.votes) == (5 if s.next_state is not None else 0)
+        assert read_all(settings, settings.topics.samples_scored.name) == []  # live: untouched
+        again = turnstream(*args, env=cli_env)
+        assert again.returncode == 0, again.stderr
+        assert "rescored 0 sample(s)" in again.stdout and "60 done before" in again.stdout
+        assert len(read_all(settings, output)) == 60
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(
+        f"judge: sglang\njudge_urls: ['http://127.0.0.1:{free_port_pair()}']\n"
+        "judge_max_attempts: 1\njudge_timeout_s: 2\n"
+    )
+    stuck = turnstream("rescore", "--judge-config", str(dead), "--output-topic", "v3", env=cli_env)
+    assert stuck.returncode == 1 and "could not be reached" in stuck.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("judge: sglang\nvotes: 3\n")
+    refused = turnstream("rescore", "--judge-config", str(bad), env=cli_env)
+    assert refused.returncode == 1 and "unknown option(s) ['votes']" in refused.stderr
