@@ -49,6 +49,8 @@ bench: setup kafka-jars
 	$(BIN)/python benchmarks/produce.py
 	$(BIN)/python benchmarks/votes.py
 	$(BIN)/python benchmarks/trainer.py
+	$(BIN)/python benchmarks/proxy.py
+	$(BIN)/python benchmarks/replay.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

@@ -29,7 +29,7 @@ from pipeline.settings import Settings
 
 REPLAY_ID = "turnstream-replay-id"
 REPLAY_SOURCE = "turnstream-replay-source"
-FLUSH_EVERY = 5000
+FLUSH_EVERY = 20000
 SCAN_SLACK_MS = 5 * 60 * 1000
 
 
@@ -81,7 +81,9 @@ def replay(
         first_ts = _first_timestamp(consumer, source)
         scan_from = None if first_ts is None else max(0, first_ts - SCAN_SLACK_MS)
         done = _copied_sources(consumer, target, report.replay_id, scan_from)
-        out = producer(settings, max_request_size=_max_request(settings))
+        out = producer(  # a bulk copy: bigger batches than the live producers use
+            settings, max_request_size=_max_request(settings), linger_ms=50, batch_size=512 * 1024
+        )
         started = time.monotonic()
         try:
             sent: list[Any] = []
