@@ -11,9 +11,7 @@ benchmarks/results/produce.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -24,13 +22,12 @@ import uuid
 from pathlib import Path
 
 import orjson
+from common import broker, write_result
 
-from pipeline.broker.local import LocalKafka, free_port_pair
-from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
+from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WORDS = [
     "the",
     "agent",
@@ -149,29 +146,9 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (apt-get install kcat)")
-    settings = load_settings()
-    with tempfile.TemporaryDirectory() as tmp:
-        local = None
-        if settings.uses_local_broker:
-            local = LocalKafka(
-                LocalKafkaSettings(port=free_port_pair(), data_dir=Path(tmp) / "kafka")
-            )
-            local.start()
-            settings = Settings(kafka=KafkaSettings(bootstrap_servers=local.settings.bootstrap))
-        try:
-            result = run(settings, args.events, Path(tmp))
-        finally:
-            if local:
-                local.stop()
-    result.update(
-        cores=os.cpu_count(),
-        python=platform.python_version(),
-        commit=subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-    )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "produce.json").write_text(json.dumps(result, indent=2) + "\n")
+    with tempfile.TemporaryDirectory() as tmp, broker(Path(tmp)) as settings:
+        result = run(settings, args.events, Path(tmp))
+    write_result("produce", result)
     print(f"\n{'client':<22}{'events':>10}{'seconds':>10}{'events/s':>12}")
     print(
         f"{'turnstream produce':<22}{result['events']:>10}{result['turnstream_produce_s']:>10}"

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -28,13 +26,13 @@ import uuid
 from pathlib import Path
 
 import aiohttp
+from common import broker, write_result
 
-from pipeline.broker.local import LocalKafka, free_port_pair
-from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
+from pipeline.broker.local import free_port_pair
+from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets
 
-RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -168,30 +166,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500, help="per mode and target")
     args = parser.parse_args()
-    settings = load_settings()
-    with tempfile.TemporaryDirectory() as tmp:
-        local = None
-        if settings.uses_local_broker:
-            local = LocalKafka(
-                LocalKafkaSettings(port=free_port_pair(), data_dir=Path(tmp) / "kafka")
-            )
-            local.start()
-            settings = Settings(kafka=KafkaSettings(bootstrap_servers=local.settings.bootstrap))
+    with tempfile.TemporaryDirectory() as tmp, broker(Path(tmp)) as settings:
         settings = settings.model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}."})
-        try:
-            result = run(settings, args.requests, Path(tmp))
-        finally:
-            if local:
-                local.stop()
-    result.update(
-        cores=os.cpu_count(),
-        python=platform.python_version(),
-        commit=subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-    )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "proxy.json").write_text(json.dumps(result, indent=2) + "\n")
+        result = run(settings, args.requests, Path(tmp))
+    write_result("proxy", result)
     print(f"\n{'mode':<12}{'path':<8}{'p50 ms':>10}{'p99 ms':>10}{'first chunk p50':>17}")
     for mode in ("non_stream", "stream"):
         for target in ("direct", "proxy"):

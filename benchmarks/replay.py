@@ -13,9 +13,7 @@ Prints a table and writes benchmarks/results/replay.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -25,14 +23,13 @@ import time
 import uuid
 from pathlib import Path
 
+from common import broker, write_result
 from kafka import KafkaProducer
 from kafka.admin import NewTopic
 
 from pipeline.broker.clients import admin_client
-from pipeline.broker.local import LocalKafka, free_port_pair
-from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
+from pipeline.settings import Settings
 
-RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -106,29 +103,9 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (apt-get install kcat)")
-    settings = load_settings()
-    with tempfile.TemporaryDirectory() as tmp:
-        local = None
-        if settings.uses_local_broker:
-            local = LocalKafka(
-                LocalKafkaSettings(port=free_port_pair(), data_dir=Path(tmp) / "kafka")
-            )
-            local.start()
-            settings = Settings(kafka=KafkaSettings(bootstrap_servers=local.settings.bootstrap))
-        try:
-            result = run(settings, args.events)
-        finally:
-            if local:
-                local.stop()
-    result.update(
-        cores=os.cpu_count(),
-        python=platform.python_version(),
-        commit=subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-    )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
+    with tempfile.TemporaryDirectory() as tmp, broker(Path(tmp)) as settings:
+        result = run(settings, args.events)
+    write_result("replay", result)
     print(f"\n{'client':<28}{'events':>10}{'seconds':>10}{'events/s':>12}")
     print(f"{'kcat -C (read only)':<28}{args.events:>10}{result['kcat_read_s']:>10}"
           f"{result['kcat_read_per_s']:>12}")  # fmt: skip
