@@ -43,14 +43,16 @@ def tokenize_sample(sample: Sample, tokenizer: Any, max_seq_len: int) -> Tokeniz
 
     Prompts longer than ``max_seq_len`` minus the response lose tokens on the left.
     """
+    messages = [m.model_dump(exclude_none=True) for m in sample.messages]
+    prompt_text: str | None = None
     prompt_ids = sample.prompt_ids
     if prompt_ids is None:
-        messages = [m.model_dump(exclude_none=True) for m in sample.messages]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+        prompt_text = _render(tokenizer, messages, add_generation_prompt=True)
+        prompt_ids = tokenizer.encode(prompt_text, add_special_tokens=False)
     response_ids = sample.response_ids
     if response_ids is None:
-        response_ids = tokenizer.encode(sample.response.content or "", add_special_tokens=False)
+        text = response_text(tokenizer, messages, sample, prompt_text)
+        response_ids = tokenizer.encode(text, add_special_tokens=False)
     response_ids = list(response_ids)[: max(1, max_seq_len - 1)]
     room = max(1, max_seq_len - len(response_ids))
     prompt_ids = list(prompt_ids)[-room:]
@@ -64,6 +66,36 @@ def tokenize_sample(sample: Sample, tokenizer: Any, max_seq_len: int) -> Tokeniz
         _fit(sample.teacher_logprobs, n),
         sample.policy_version,
     )
+
+
+def _render(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    return str(
+        tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    )
+
+
+def response_text(
+    tokenizer: Any, messages: list[dict[str, Any]], sample: Sample, prompt_text: str | None
+) -> str:
+    """The response as the chat template renders it after the prompt: content, tool calls
+    and the end-of-turn marker (a turn that only calls tools still has tokens to train)."""
+    reply: dict[str, Any] = {"role": "assistant", "content": sample.response.content or ""}
+    if sample.response.tool_calls:
+        reply["tool_calls"] = sample.response.tool_calls
+    prompt_text = prompt_text or _render(tokenizer, messages, add_generation_prompt=True)
+    try:
+        full = _render(tokenizer, [*messages, reply], add_generation_prompt=False)
+    except Exception:  # a template that cannot render this reply: fall back to plain text
+        full = ""
+    if full.startswith(prompt_text) and len(full) > len(prompt_text):
+        return full[len(prompt_text) :]
+    calls = "".join(
+        f"{c.get('function', {}).get('name', '')}({c.get('function', {}).get('arguments', '')})"
+        for c in sample.response.tool_calls or []
+    )
+    return (sample.response.content or "") + calls
 
 
 @dataclass

@@ -77,8 +77,21 @@ def test_samples_without_ids_use_the_policy_chat_template(tiny_tokenizer: Path) 
         [{"role": "user", "content": "run the tests"}], tokenize=False, add_generation_prompt=True
     )
     assert t.prompt_ids == tok.encode(prompt, add_special_tokens=False)
-    assert tok.decode(t.response_ids) == "All 42 tests passed."
+    # The response as the template renders it, end-of-turn marker included (the policy
+    # learns to stop).
+    assert tok.decode(t.response_ids).strip() == "All 42 tests passed.<|im_end|>"
     assert t.rollout_logprobs is None
+
+
+def test_a_turn_that_only_calls_a_tool_still_has_response_tokens(tiny_tokenizer: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer), local_files_only=True)
+    call = {"id": "c1", "type": "function", "function": {"name": "pytest", "arguments": "{}"}}
+    t = tokenize_sample(
+        sample(response={"content": None, "tool_calls": [call]}), tok, max_seq_len=4096
+    )
+    assert tok.decode(t.response_ids).strip() == "<tool_call>pytest({})</tool_call><|im_end|>"
 
 
 def test_own_ids_win_and_logprobs_are_fitted_and_prompt_truncated_left() -> None:
