@@ -51,6 +51,7 @@ bench: setup kafka-jars
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/proxy.py
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/saturation.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +18,42 @@ from pipeline.broker.local import LocalKafka, free_port_pair
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``python -m ARGS`` in its own process group, output to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args],
+            env={**env, "PYTHONPATH": str(REPO)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{proc.args} exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"{url} did not answer within 60s")
 
 
 @contextmanager

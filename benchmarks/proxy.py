@@ -16,48 +16,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 import aiohttp
-from common import broker, write_result
+from common import broker, spawn, stop, wait_http, write_result
 
 from pipeline.broker.local import free_port_pair
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", *args],
-            env={**env, "PYTHONPATH": str(REPO)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def wait_http(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{proc.args} exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    sys.exit(f"{url} did not answer within 60s")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -157,9 +127,7 @@ def run(settings: Settings, n: int, workdir: Path) -> dict:
         return result
     finally:
         for proc in (proxy, sim):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=60)
+            stop(proc)
 
 
 def main() -> None:

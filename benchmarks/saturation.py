@@ -1,0 +1,216 @@
+"""Judge saturation: the full pipeline vs a direct asyncio loop against the same judge.
+
+The judge simulator (a test double) has a fixed capacity: SLOTS concurrent
+calls of LATENCY ms each. For each capacity point, the same seeded workload
+(benchmarks/workload.py) is judged twice, at the same concurrency settings:
+
+- direct: the worker's own judge code (`score_pair`, m=3) over the workload's
+  pairs in an asyncio loop, no Kafka;
+- pipeline: `turnstream produce` of the workload's events -> Kafka -> one
+  `turnstream worker` (pair -> judge -> mask) -> samples.scored.
+
+Achieved judge calls/s and the simulator's slot utilisation are taken over the
+window from the first judge call to the last scored sample. Prints a table,
+writes benchmarks/results/saturation.json and saturation.png.
+
+    python benchmarks/saturation.py [--sessions 400] [--points 64:100,192:100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from common import REPO, RESULTS, broker, spawn, stop, wait_http, write_result
+from workload import generate, judged_pairs
+
+from pipeline.broker.local import free_port_pair
+from pipeline.events import decode_input
+from pipeline.scoring.app import build_judge
+from pipeline.scoring.pairing import pair_step
+from pipeline.scoring.score import score_pair
+from pipeline.settings import Settings
+from pipeline.topics import admin
+from pipeline.topics.offsets import end_offsets
+
+
+def sim_stats(url: str) -> dict:
+    return json.loads(urllib.request.urlopen(url + "/sim/stats", timeout=10).read())
+
+
+def window(before: dict, after: dict, seconds: float, slots: int) -> tuple[float, float]:
+    calls = after["calls"] - before["calls"]
+    busy = after["busy_slot_seconds"] - before["busy_slot_seconds"]
+    return calls / seconds, busy / (seconds * slots)
+
+
+def direct(settings: Settings, lines: list[bytes], url: str, slots: int) -> dict:
+    states: dict = {}
+    pairs = []
+    for line in lines:
+        event = decode_input(line)
+        step = pair_step(states.get(event.session_id), event, 1.0, 1e9)
+        states[event.session_id] = step.state
+        pairs += [p for p in step.pairs if p.next_state is not None]
+
+    async def run() -> tuple[float, dict, dict]:
+        judge, teacher = build_judge(settings)
+        gate = asyncio.Semaphore(settings.scoring.window)
+
+        async def one(pair) -> None:  # type: ignore[no-untyped-def]
+            async with gate:
+                await score_pair(pair, judge, settings.scoring.mode, teacher)
+
+        before = sim_stats(url)
+        start = time.monotonic()
+        await asyncio.gather(*(one(p) for p in pairs))
+        seconds = time.monotonic() - start
+        after = sim_stats(url)
+        await judge.client.close()  # type: ignore[attr-defined]
+        return seconds, before, after
+
+    seconds, before, after = asyncio.run(run())
+    rate, util = window(before, after, seconds, slots)
+    return {"pairs": len(pairs), "seconds": round(seconds, 2), "calls_per_s": round(rate, 1),
+            "utilisation": round(util, 4)}  # fmt: skip
+
+
+def pipeline(
+    settings: Settings, workload: Path, url: str, slots: int, expected: int, tmp: Path
+) -> dict:
+    prefix = f"sat{uuid.uuid4().hex[:6]}."
+    settings = settings.model_copy(update={"topic_prefix": prefix})
+    admin.apply(settings)
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": prefix,
+        "TURNSTREAM_SCORING_JUDGE_CONCURRENCY": str(settings.scoring.judge_concurrency),
+    }
+    worker = spawn(
+        ["pipeline.cli", "worker", "--judge", "sglang", "--judge-url", url, "--web-port", "0",
+         "--data-dir", str(tmp / f"w-{prefix}"), "--loglevel", "warn"],
+        env, tmp / f"worker-{prefix}.log",
+    )  # fmt: skip
+    try:
+        produced = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "produce", str(workload)],
+            env={**env, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+        )
+        if produced.returncode != 0:
+            sys.exit(produced.stderr[-2000:])
+        scored = settings.topics.samples_scored.name
+        before = sim_stats(url)
+        while sim_stats(url)["calls"] == before["calls"]:  # the worker's first judge call
+            if worker.poll() is not None:
+                sys.exit((tmp / f"worker-{prefix}.log").read_text()[-2000:])
+            time.sleep(0.05)
+        start = time.monotonic()
+        deadline = start + 900
+        while end_offsets(settings, [scored])[scored] < expected:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                sys.exit("the worker stopped or did not finish; see its log in " + str(tmp))
+            time.sleep(0.1)
+        seconds = time.monotonic() - start
+        after = sim_stats(url)
+    finally:
+        stop(worker)
+    rate, util = window(before, after, seconds, slots)
+    return {"seconds": round(seconds, 2), "calls_per_s": round(rate, 1),
+            "utilisation": round(util, 4)}  # fmt: skip
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rate_ax, util_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    labels = [f"{r['slots']}x{r['latency_ms']:g}ms" for r in rows]
+    x = range(len(rows))
+    for offset, key, color in ((-0.2, "direct", "tab:gray"), (0.2, "pipeline", "tab:blue")):
+        rate_ax.bar([i + offset for i in x], [r[key]["calls_per_s"] for r in rows], 0.4,
+                    label=key, color=color)  # fmt: skip
+        util_ax.bar([i + offset for i in x], [100 * r[key]["utilisation"] for r in rows], 0.4,
+                    label=key, color=color)  # fmt: skip
+    rate_ax.plot(x, [r["capacity_calls_per_s"] for r in rows], "k_", markersize=30,
+                 label="capacity")  # fmt: skip
+    rate_ax.set(title="judge calls/s", xticks=list(x), xticklabels=labels)
+    util_ax.set(title="simulator slot utilisation %", xticks=list(x), xticklabels=labels,
+                ylim=(0, 105))  # fmt: skip
+    rate_ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--points", default="64:100,192:100", help="SLOTS:LATENCY_MS,...")
+    args = parser.parse_args()
+    lines = generate(args.sessions, seed=7)
+    expected_pairs = judged_pairs(lines)
+    mains = sum(1 for ln in lines if b'"turn_type":"main"' in ln)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name, broker(Path(tmp_name)) as settings:
+        tmp = Path(tmp_name)
+        workload = tmp / "workload.jsonl"
+        workload.write_bytes(b"\n".join(lines) + b"\n")
+        for point in args.points.split(","):
+            slots, latency = (float(v) for v in point.split(":"))
+            port = free_port_pair()
+            url = f"http://127.0.0.1:{port}"
+            sim = spawn(
+                ["pipeline.testing.judge_sim", "--port", str(port), "--slots", str(int(slots)),
+                 "--latency-ms", str(latency)],
+                dict(os.environ), tmp / f"sim{port}.log",
+            )  # fmt: skip
+            try:
+                wait_http(url + "/health", sim, tmp / f"sim{port}.log")
+                scoring = settings.scoring.model_copy(  # both paths may use every slot
+                    update={"judge": "sglang", "judge_urls": [url], "judge_concurrency": int(slots)}
+                )
+                judged = settings.model_copy(update={"scoring": scoring})
+                base = direct(judged, lines, url, int(slots))
+                piped = pipeline(judged, workload, url, int(slots), mains, tmp)
+            finally:
+                stop(sim)
+            capacity = slots / (latency / 1000)
+            rows.append({
+                "slots": int(slots), "latency_ms": latency, "capacity_calls_per_s": capacity,
+                "direct": base, "pipeline": piped,
+                "ratio_pipeline_over_direct": round(piped["calls_per_s"] / base["calls_per_s"], 3),
+            })  # fmt: skip
+    result = write_result(
+        "saturation",
+        {"sessions": args.sessions, "judged_pairs": expected_pairs, "judge_calls_per_pair": 3,
+         "judge_concurrency": "= slots",
+         "window": settings.scoring.window, "points": rows},
+    )  # fmt: skip
+    chart(rows, RESULTS / "saturation.png")
+    print(f"\ncores={result['cores']} commit={result['commit']} pairs={expected_pairs} (m=3)")
+    print(f"{'capacity':<19}{'path':<10}{'calls/s':>10}{'util %':>9}{'seconds':>9}")
+    for r in rows:
+        label = f"{r['slots']}x{r['latency_ms']:g}ms={r['capacity_calls_per_s']:g}/s"
+        for key in ("direct", "pipeline"):
+            v = r[key]
+            print(f"{label:<19}{key:<10}{v['calls_per_s']:>10}{100 * v['utilisation']:>9.1f}"
+                  f"{v['seconds']:>9}")  # fmt: skip
+        print(f"{'':<19}{'ratio':<10}{r['ratio_pipeline_over_direct']:>10}")
+
+
+if __name__ == "__main__":
+    main()
