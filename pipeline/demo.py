@@ -164,8 +164,9 @@ class Watch:
                 sample = decode_as(Sample, record.value)
                 self.samples[sample.sample_id] = sample
         if self.metrics.exists():
-            rows = self.metrics.read_text().splitlines()
-            complete = rows if rows and self.metrics.read_bytes().endswith(b"\n") else rows[:-1]
+            data = self.metrics.read_bytes()  # once: the trainer may be appending
+            rows = data.decode(errors="replace").splitlines()
+            complete = rows if data.endswith(b"\n") else rows[:-1]
             for row in complete[self._metrics_seen :]:
                 self.steps.append(orjson.loads(row))
             self._metrics_seen = max(self._metrics_seen, len(complete))
@@ -349,7 +350,7 @@ def _follow(
                 break
             if (
                 not draining
-                and time.monotonic() - started > 10  # the trainer's signal handlers are in
+                and _handles_usr1(trainer.pid, time.monotonic() - started)
                 and now[inputs[1]] > before[inputs[1]]
                 and group_lag(settings, group, inputs) == 0
             ):
@@ -362,6 +363,21 @@ def _follow(
                 )
             time.sleep(1.0)
     console.print()  # the live view ends without a newline on a non-terminal
+
+
+def _handles_usr1(pid: int, waited_s: float) -> bool:
+    """Whether the trainer has its SIGUSR1 handler in (SIGUSR1 would kill it before).
+
+    Linux tells (``SigCgt`` in /proc); elsewhere, give its start-up 30 seconds.
+    """
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return waited_s > 30
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+    return waited_s > 30
 
 
 def _tail(log: Path) -> str:

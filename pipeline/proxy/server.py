@@ -202,16 +202,21 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     metrics.UPSTREAM_LATENCY.observe(time.perf_counter() - started)
     metrics.REQUESTS.labels("200", str(stream).lower()).inc()
     if captured is None:
-        _not_recorded(state, "stream_incomplete")
+        _not_recorded(state, "not_captured")
     else:
-        _record(state, meta, body, captured)
+        try:
+            _record(state, meta, body, captured)
+        except Exception:  # e.g. the counters' disk: the user is served regardless
+            log.exception("recording a turn of session %s failed", meta.session_id)
+            _not_recorded(state, "record_error")
     return response
 
 
 def _parse_completion(payload: bytes) -> Captured | None:
     try:
         return from_completion(orjson.loads(payload))
-    except orjson.JSONDecodeError:
+    except Exception:  # an odd response shape: serve it, record nothing
+        log.exception("cannot parse the upstream's completion; this turn is not recorded")
         return None
 
 
@@ -222,14 +227,25 @@ async def _relay_stream(
     response = web.StreamResponse(status=200, headers=_passthrough_headers(up))
     await response.prepare(request)
     assembler = StreamAssembler()
+    capturing = True
     try:
         async for chunk in up.content.iter_any():
             await response.write(chunk)
-            assembler.feed(chunk)
+            if capturing:
+                try:
+                    assembler.feed(chunk)
+                except Exception:  # recording must never break what the user receives
+                    log.exception("cannot parse the upstream's stream; this turn is not recorded")
+                    capturing = False
         await response.write_eof()
     except ConnectionResetError:  # the client went away: it never saw the whole turn
         return response, None
-    return response, assembler.result() if assembler.done else None
+    except (TimeoutError, aiohttp.ClientError) as exc:  # the upstream failed mid-stream
+        log.warning("upstream stream failed part way: %s; the turn is not recorded", exc)
+        return response, None
+    if not capturing or not assembler.done:
+        return response, None
+    return response, assembler.result()
 
 
 def _warn_once(state: ProxyState, meta: RequestMeta) -> None:

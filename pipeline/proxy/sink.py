@@ -51,6 +51,7 @@ class EventSink:
         self._cv = threading.Condition()
         self._in_flight = 0
         self._closing = False
+        self._held: dict[int, tuple[Pending, threading.Timer]] = {}  # retries waiting
         self._thread: threading.Thread | None = None
         self.delivered = 0
         self.retried = 0
@@ -102,7 +103,8 @@ class EventSink:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._closing:
+                # While a retry waits, nothing newer is sent: a session's events stay in order.
+                while (not self._queue or self._held) and not self._closing:
                     self._cv.wait()
                 if not self._queue:
                     return
@@ -114,7 +116,7 @@ class EventSink:
         item.attempts += 1
         try:
             future = self._producer.send(item.topic, key=item.key, value=item.value)
-        except KafkaError as exc:  # metadata or buffer timeout: the broker is unreachable
+        except Exception as exc:  # KafkaError: broker unreachable; anything else: keep the event
             self._failed(item, exc)
             return
         future.add_callback(lambda _meta: self._delivered())
@@ -130,7 +132,11 @@ class EventSink:
 
     def _failed(self, item: Pending, exc: BaseException) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}"
-        retry = item.attempts < self.send_attempts and not self._closing
+        retry = (
+            item.attempts < self.send_attempts
+            and not self._closing
+            and isinstance(exc, KafkaError)  # a bad event would fail again: spool it now
+        )
         with self._cv:
             self._in_flight -= 1
             if retry:
@@ -148,12 +154,16 @@ class EventSink:
             )
             timer = threading.Timer(self.retry_backoff_s * item.attempts, self._resend, (item,))
             timer.daemon = True
+            with self._cv:
+                self._held[id(item)] = (item, timer)
             timer.start()
         else:
             self._spool(item, f"not delivered after {item.attempts} attempt(s): {self.last_error}")
 
     def _resend(self, item: Pending) -> None:
         with self._cv:
+            if self._held.pop(id(item), None) is None:
+                return  # close() took it over
             self._in_flight -= 1
             if self._closing:
                 closing = True
@@ -189,6 +199,11 @@ class EventSink:
             self._closing = True
             left = list(self._queue)
             self._queue.clear()
+            for item, timer in self._held.values():  # retries not yet due: spool them now
+                timer.cancel()
+                left.append(item)
+                self._in_flight -= 1
+            self._held.clear()
             self._cv.notify_all()
         try:
             self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))

@@ -48,6 +48,18 @@ class PolicyVersions:
             log.info("policy version %d is now stamped on new turns", version)
 
     def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                self._follow()
+                return
+            except Exception:  # the proxy keeps serving; the version may lag meanwhile
+                log.exception("following %s failed; retrying in %.0fs", self.topic, backoff)
+                self._caught_up.set()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def _follow(self) -> None:
         consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))
         try:
             tps = [
@@ -68,8 +80,6 @@ class PolicyVersions:
                     consumer.position(tp) >= ends[tp] for tp in tps
                 ):
                     self._caught_up.set()
-        except Exception:  # the proxy keeps serving; turns just lack a version
-            log.exception("following %s failed: turns carry no policy version", self.topic)
         finally:
             self._caught_up.set()
             consumer.close()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.errors import BrokerError
 from pipeline.scoring import metrics
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,11 @@ class OffsetGuard:
             if self._starts is None or key not in self._starts:
                 self._starts = await asyncio.to_thread(self._start_offsets, [key])
             expected = self._starts.get(key)
-        self._next[key] = max(self._next.get(key, 0), offset + 1)
         if expected is None or offset <= expected:
+            self._next[key] = max(self._next.get(key, 0), offset + 1)
             return []
         records = await asyncio.to_thread(self._read_range, topic, partition, expected, offset)
+        self._next[key] = max(self._next.get(key, 0), offset + 1)  # only once they are read
         log.warning(
             "the stream skipped %s/%d offsets %d..%d; read %d record(s) back",
             topic,
@@ -118,16 +120,11 @@ def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:
             out: list[Record] = []
             deadline = time.monotonic() + 120
             while consumer.position(tp) < end:
-                if time.monotonic() > deadline:
-                    log.error(
-                        "could not read %s/%d offsets %d..%d back within 120s (got %d)",
-                        topic,
-                        partition,
-                        first,
-                        end - 1,
-                        len(out),
+                if time.monotonic() > deadline:  # fail loudly: the records must not be skipped
+                    raise BrokerError(
+                        f"could not read {topic}/{partition} offsets {first}..{end - 1} back "
+                        f"within 120s (got {len(out)})"
                     )
-                    break
                 batch = consumer.poll(timeout_ms=1000).get(tp, [])
                 out += [
                     Record(topic, partition, r.offset, r.key, r.value)

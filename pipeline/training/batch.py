@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import torch
 
 from pipeline.events import Sample
@@ -79,11 +80,20 @@ def _render(tokenizer: Any, messages: list[dict[str, Any]], add_generation_promp
 def response_text(
     tokenizer: Any, messages: list[dict[str, Any]], sample: Sample, prompt_text: str | None
 ) -> str:
-    """The response as the chat template renders it after the prompt: content, tool calls
-    and the end-of-turn marker (a turn that only calls tools still has tokens to train)."""
-    reply: dict[str, Any] = {"role": "assistant", "content": sample.response.content or ""}
-    if sample.response.tool_calls:
-        reply["tool_calls"] = sample.response.tool_calls
+    """The text whose tokens are the response.
+
+    A text-only response is its content, as before (rollout and teacher log-probs are
+    taken over those tokens). A response with tool calls is what the chat template
+    renders after the prompt, so a turn that only calls tools still has tokens to train.
+    """
+    if not sample.response.tool_calls:
+        return sample.response.content or ""
+    calls = [_parsed_arguments(c) for c in sample.response.tool_calls]
+    reply: dict[str, Any] = {
+        "role": "assistant",
+        "content": sample.response.content or "",
+        "tool_calls": calls,
+    }
     prompt_text = prompt_text or _render(tokenizer, messages, add_generation_prompt=True)
     try:
         full = _render(tokenizer, [*messages, reply], add_generation_prompt=False)
@@ -91,11 +101,25 @@ def response_text(
         full = ""
     if full.startswith(prompt_text) and len(full) > len(prompt_text):
         return full[len(prompt_text) :]
-    calls = "".join(
+    rendered = "".join(
         f"{c.get('function', {}).get('name', '')}({c.get('function', {}).get('arguments', '')})"
-        for c in sample.response.tool_calls or []
+        for c in sample.response.tool_calls
     )
-    return (sample.response.content or "") + calls
+    return (sample.response.content or "") + rendered
+
+
+def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI sends arguments as a JSON string; HF chat templates expect a mapping."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            parsed = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            return call
+        if isinstance(parsed, dict):
+            return {**call, "function": {**fn, "arguments": parsed}}
+    return call
 
 
 @dataclass

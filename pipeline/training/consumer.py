@@ -287,6 +287,12 @@ class Trainer:
                             break  # past the range
                         self._accept(rec, out)
                         self.positions[tp.partition] = rec.offset + 1
+                if self.span is not None:  # offsets without records (deleted, compacted)
+                    for tp in tps:
+                        if consumer.position(tp) >= ends[tp]:
+                            self.positions[tp.partition] = max(
+                                self.positions.get(tp.partition, 0), ends[tp]
+                            )
                 stepped = False
                 while self._batch_ready() and not self._done():
                     self._step(consumer, out, tps)
