@@ -12,7 +12,7 @@ from rich.table import Table
 
 from pipeline.replay import groups
 from pipeline.replay.copy import ReplayReport, replay, replay_id_for
-from pipeline.replay.ranges import resolve
+from pipeline.replay.ranges import RangeRequest
 from pipeline.settings import Settings, load_settings
 
 console = Console(soft_wrap=True)
@@ -57,15 +57,8 @@ def replay_cmd(
     a replay id and their source in headers, and the target is checked first.
     """
     settings = load_settings()
-    span = resolve(
-        settings,
-        physical(settings, source),
-        since=since,
-        until=until,
-        start_offsets=start_offsets,
-        end_offsets=end_offsets,
-        partitions=partitions,
-    )
+    request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
+    span = request.resolve(settings, physical(settings, source))
     to = physical(settings, target)
     console.print(f"replaying {span.total} record(s) of {span.topic} {span.describe()} into {to}")
     with Progress(*_columns(), console=console, transient=False) as bar:
@@ -78,15 +71,7 @@ def replay_cmd(
                 rate=f"{report.rate:,.0f}",
             )
 
-        rid = replay_id or replay_id_for(
-            span.topic,
-            to,
-            since=since,
-            until=until,
-            start_offsets=start_offsets,
-            end_offsets=end_offsets,
-            partitions=partitions,
-        )
+        rid = replay_id or replay_id_for(span.topic, to, **request.options())
         report = replay(settings, span, to, replay_id=rid, progress=show)
         if span.total == 0:
             bar.update(task, completed=1)
@@ -164,22 +149,13 @@ def rescore_cmd(
     from pipeline.replay.rescore import RescoreReport, judge_settings, rescore
 
     settings = judge_settings(load_settings(), judge_config)
-    span = resolve(
-        settings,
-        physical(settings, source),
-        since=since,
-        until=until,
-        start_offsets=start_offsets,
-        end_offsets=end_offsets,
-        partitions=partitions,
-    )
-    out = (
-        output_topic
-        if output_topic != "samples.scored.v2"
-        else settings.topic_prefix + output_topic
-    )
+    request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
+    span = request.resolve(settings, physical(settings, source))
+    prefix = settings.topic_prefix  # the output lives in the same namespace as the topics
+    out = output_topic if output_topic.startswith(prefix) else prefix + output_topic
     s = settings.scoring
-    run_id = replay_id_for(span.topic, out, spans=span.describe(), judge=judge_config.read_text())
+    # The request, not the offsets it resolves to: running it again resumes.
+    run_id = replay_id_for(span.topic, out, **request.options(), judge=judge_config.read_text())
     group = f"{settings.topic_prefix}turnstream-rescore.{run_id}"
     console.print(
         f"rescoring {span.total} pair(s) of {span.topic} {span.describe()} into {out} "

@@ -57,16 +57,10 @@ def train(
     if from_topic is not None:
         from pipeline.cli.replay import physical
         from pipeline.replay.copy import replay_id_for
-        from pipeline.replay.ranges import resolve
+        from pipeline.replay.ranges import RangeRequest
 
-        span = resolve(
-            settings,
-            physical(settings, from_topic),
-            since=since,
-            until=until,
-            start_offsets=start_offsets,
-            end_offsets=end_offsets,
-        )
+        request = RangeRequest(since, until, start_offsets, end_offsets)
+        span = request.resolve(settings, physical(settings, from_topic))
         if options.group_id == "turnstream-trainer":  # the live trainer's: use one of our own
             range_id = replay_id_for(span.topic, "train", spans=span.describe())
             options = replace(options, group_id=f"{options.group_id}.offline.{range_id}")

@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pipeline.errors import ConfigError, EventDecodeError
-from pipeline.events import SessionEnd, dead_letter, encode
+from pipeline.events import SessionEnd, encode
 from pipeline.proxy import metrics
 from pipeline.proxy.capture import (
     BadRequest,
@@ -36,6 +36,7 @@ from pipeline.proxy.capture import (
 )
 from pipeline.proxy.sessions import SessionCounters
 from pipeline.proxy.sink import EventSink
+from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import ProxySettings, Settings
 
 log = logging.getLogger(__name__)
@@ -287,11 +288,8 @@ def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured
         except EventDecodeError as exc:
             _not_recorded(state, "invalid_turn")
             raw = orjson.dumps({"request": body, "response": captured.__dict__})
-            limit = topics.deadletter.max_message_bytes // 2
-            letter = dead_letter(
-                "proxy", str(exc), f"proxy/{meta.session_id}/{index}", raw, now, limit
-            )
-            state.sink.offer(topics.deadletter.name, None, encode(letter))
+            letter = DeadLetters(topics)("proxy", str(exc), f"proxy/{meta.session_id}/{index}", raw)
+            state.sink.offer(letter.topic, letter.key, letter.value)
             log.warning("session %s turn %d not recorded: %s", meta.session_id, index, exc)
         else:
             state.sink.offer(topics.chat_turns.name, meta.session_id.encode(), encode(turn))

@@ -9,7 +9,7 @@ timestamp is >= T.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,6 +59,23 @@ def parse_partitions(value: str | None) -> set[int] | None:
         return {int(p) for p in value.split(",")}
     except ValueError as exc:
         raise ConfigError(f"--partitions {value!r}: expected a comma-separated list") from exc
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """A range as the user asked for it (the command-line options), before resolving."""
+
+    since: str | None = None
+    until: str | None = None
+    start_offsets: str | None = None
+    end_offsets: str | None = None
+    partitions: str | None = None
+
+    def resolve(self, settings: Settings, topic: str) -> TopicRange:
+        return resolve(settings, topic, **asdict(self))
+
+    def options(self) -> dict[str, str | None]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
