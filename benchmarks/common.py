@@ -8,12 +8,17 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from pipeline.broker.clients import consumer_config
 from pipeline.broker.local import LocalKafka, free_port_pair
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
 
@@ -21,11 +26,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """``python -m ARGS`` in its own process group, output to ``log``."""
+def spawn(
+    args: list[str], env: dict[str, str], log: Path, wrap: list[str] | None = None
+) -> subprocess.Popen:
+    """``python -m ARGS`` in its own process group, output to ``log``.
+
+    ``wrap`` is a command put in front (a profiler such as ``py-spy record ... --``).
+    """
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", *args],
+            [*(wrap or []), sys.executable, "-m", *args],
             env={**env, "PYTHONPATH": str(REPO)},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -33,7 +43,49 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         )
 
 
-def stop(proc: subprocess.Popen) -> None:
+def spawn_worker(
+    settings: Settings,
+    judge_url: str,
+    data_dir: Path,
+    log: Path,
+    concurrency: int,
+    wrap: list[str] | None = None,
+) -> subprocess.Popen:
+    """A `turnstream worker` on ``settings``' broker and topic prefix, judging at ``judge_url``."""
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        "TURNSTREAM_SCORING_JUDGE_CONCURRENCY": str(concurrency),
+    }
+    args = ["pipeline.cli", "worker", "--judge", "sglang", "--judge-url", judge_url,
+            "--web-port", "0", "--data-dir", str(data_dir), "--loglevel", "warn"]  # fmt: skip
+    return spawn(args, env, log, wrap)
+
+
+def produce_file(settings: Settings, path: Path) -> None:
+    """`turnstream produce PATH` to ``settings``' broker and topic prefix; exits on failure."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix, "PYTHONPATH": str(REPO)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "produce", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"turnstream produce {path} failed:\n{done.stderr[-2000:]}")
+
+
+def stop(proc: subprocess.Popen, wrapped: bool = False) -> None:
+    """SIGTERM to the process group; ``wrapped``: to the wrapped command first, so
+    the wrapper (a profiler) sees it exit and writes its output."""
+    if wrapped and proc.poll() is None:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        for child in children:
+            os.kill(int(child), signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=60)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -54,6 +106,88 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path) -> None:
         except OSError:
             time.sleep(0.2)
     sys.exit(f"{url} did not answer within 60s")
+
+
+def sim_stats(url: str) -> dict:
+    """The judge simulator's counters (calls, busy_slot_seconds, ...)."""
+    return json.loads(urllib.request.urlopen(url + "/sim/stats", timeout=10).read())
+
+
+class StatsSampler:
+    """Polls the simulator's counters in a thread: ``(monotonic time, stats)`` samples.
+
+    ``steady`` takes the rate and slot utilisation between the moments the run
+    reached ``lo`` and ``hi`` of its calls, leaving out the ramp-up and the drain.
+    """
+
+    def __init__(self, url: str, every_s: float = 0.2) -> None:
+        self.url, self.every_s = url, every_s
+        self.samples: list[tuple[float, dict]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), sim_stats(self.url)))
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> StatsSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.monotonic(), sim_stats(self.url)))
+
+    def steady(self, slots: int, lo: float = 0.1, hi: float = 0.9) -> tuple[float, float]:
+        first, last = self.samples[0][1]["calls"], self.samples[-1][1]["calls"]
+        total = last - first
+
+        def at(fraction: float) -> tuple[float, dict]:
+            return next(s for s in self.samples if s[1]["calls"] - first >= fraction * total)
+
+        (t0, a), (t1, b) = at(lo), at(hi)
+        if t1 <= t0:
+            return 0.0, 0.0
+        seconds = t1 - t0
+        calls = b["calls"] - a["calls"]
+        busy = b["busy_slot_seconds"] - a["busy_slot_seconds"]
+        return calls / seconds, busy / (seconds * slots)
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def read_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of ``topic`` up to its current end, all partitions, in offset order."""
+    ends = {TopicPartition(topic, p): o for p, o in partition_ends(settings, topic).items()}
+    consumer = KafkaConsumer(**consumer_config(settings, None))
+    try:
+        consumer.assign(list(ends))
+        consumer.seek_to_beginning()
+        out: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 120
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            if time.monotonic() > deadline:
+                sys.exit(f"reading {topic} back did not reach its end within 120 s")
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                out += [r for r in records if r.offset < ends[tp]]
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(**consumer_config(settings, None))
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        return {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
 
 
 @contextmanager

@@ -22,17 +22,12 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-from common import broker, spawn, stop, wait_http, write_result
+from common import broker, pct, spawn, stop, wait_http, write_result
 
 from pipeline.broker.local import free_port_pair
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def one(

@@ -20,17 +20,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
-from common import REPO, RESULTS, broker, spawn, stop, wait_http, write_result
+from common import (
+    RESULTS,
+    StatsSampler,
+    broker,
+    produce_file,
+    sim_stats,
+    spawn,
+    spawn_worker,
+    stop,
+    wait_http,
+    write_result,
+)
 from workload import generate, judged_pairs
 
 from pipeline.broker.local import free_port_pair
@@ -43,14 +52,18 @@ from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets
 
 
-def sim_stats(url: str) -> dict:
-    return json.loads(urllib.request.urlopen(url + "/sim/stats", timeout=10).read())
-
-
 def window(before: dict, after: dict, seconds: float, slots: int) -> tuple[float, float]:
     calls = after["calls"] - before["calls"]
     busy = after["busy_slot_seconds"] - before["busy_slot_seconds"]
     return calls / seconds, busy / (seconds * slots)
+
+
+def figures(before: dict, after: dict, seconds: float, slots: int, sampler: StatsSampler) -> dict:
+    rate, util = window(before, after, seconds, slots)
+    steady_rate, steady_util = sampler.steady(slots)
+    return {"seconds": round(seconds, 2), "calls_per_s": round(rate, 1),
+            "utilisation": round(util, 4), "steady_calls_per_s": round(steady_rate, 1),
+            "steady_utilisation": round(steady_util, 4)}  # fmt: skip
 
 
 def direct(settings: Settings, lines: list[bytes], url: str, slots: int) -> dict:
@@ -78,57 +91,46 @@ def direct(settings: Settings, lines: list[bytes], url: str, slots: int) -> dict
         await judge.client.close()  # type: ignore[attr-defined]
         return seconds, before, after
 
-    seconds, before, after = asyncio.run(run())
-    rate, util = window(before, after, seconds, slots)
-    return {"pairs": len(pairs), "seconds": round(seconds, 2), "calls_per_s": round(rate, 1),
-            "utilisation": round(util, 4)}  # fmt: skip
+    with StatsSampler(url) as sampler:
+        seconds, before, after = asyncio.run(run())
+    return {"pairs": len(pairs), **figures(before, after, seconds, slots, sampler)}
 
 
 def pipeline(
-    settings: Settings, workload: Path, url: str, slots: int, expected: int, tmp: Path
+    settings: Settings,
+    workload: Path,
+    url: str,
+    slots: int,
+    expected: int,
+    tmp: Path,
+    wrap: list[str] | None = None,
 ) -> dict:
     prefix = f"sat{uuid.uuid4().hex[:6]}."
     settings = settings.model_copy(update={"topic_prefix": prefix})
     admin.apply(settings)
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNSTREAM_TOPIC_PREFIX": prefix,
-        "TURNSTREAM_SCORING_JUDGE_CONCURRENCY": str(settings.scoring.judge_concurrency),
-    }
-    worker = spawn(
-        ["pipeline.cli", "worker", "--judge", "sglang", "--judge-url", url, "--web-port", "0",
-         "--data-dir", str(tmp / f"w-{prefix}"), "--loglevel", "warn"],
-        env, tmp / f"worker-{prefix}.log",
-    )  # fmt: skip
+    log = tmp / f"worker-{prefix}.log"
+    concurrency = settings.scoring.judge_concurrency
+    worker = spawn_worker(settings, url, tmp / f"w-{prefix}", log, concurrency, wrap)
     try:
-        produced = subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", "produce", str(workload)],
-            env={**env, "PYTHONPATH": str(REPO)},
-            capture_output=True,
-            text=True,
-        )
-        if produced.returncode != 0:
-            sys.exit(produced.stderr[-2000:])
+        produce_file(settings, workload)
         scored = settings.topics.samples_scored.name
         before = sim_stats(url)
         while sim_stats(url)["calls"] == before["calls"]:  # the worker's first judge call
             if worker.poll() is not None:
-                sys.exit((tmp / f"worker-{prefix}.log").read_text()[-2000:])
+                sys.exit(log.read_text()[-2000:])
             time.sleep(0.05)
         start = time.monotonic()
         deadline = start + 900
-        while end_offsets(settings, [scored])[scored] < expected:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                sys.exit("the worker stopped or did not finish; see its log in " + str(tmp))
-            time.sleep(0.1)
-        seconds = time.monotonic() - start
-        after = sim_stats(url)
+        with StatsSampler(url) as sampler:
+            while end_offsets(settings, [scored])[scored] < expected:
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    sys.exit("the worker stopped or did not finish; see its log in " + str(tmp))
+                time.sleep(0.1)
+            seconds = time.monotonic() - start
+            after = sim_stats(url)
     finally:
-        stop(worker)
-    rate, util = window(before, after, seconds, slots)
-    return {"seconds": round(seconds, 2), "calls_per_s": round(rate, 1),
-            "utilisation": round(util, 4)}  # fmt: skip
+        stop(worker, wrapped=wrap is not None)
+    return figures(before, after, seconds, slots, sampler)
 
 
 def chart(rows: list[dict], path: Path) -> None:
@@ -158,9 +160,17 @@ def chart(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--points", default="64:100,192:100", help="SLOTS:LATENCY_MS,...")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the worker under py-spy; collapsed stacks to results/saturation-profile-*.txt",
+    )
     args = parser.parse_args()
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if args.profile and spy is None:
+        sys.exit("--profile needs py-spy (pip install py-spy)")
     lines = generate(args.sessions, seed=7)
     expected_pairs = judged_pairs(lines)
     mains = sum(1 for ln in lines if b'"turn_type":"main"' in ln)
@@ -185,7 +195,11 @@ def main() -> None:
                 )
                 judged = settings.model_copy(update={"scoring": scoring})
                 base = direct(judged, lines, url, int(slots))
-                piped = pipeline(judged, workload, url, int(slots), mains, tmp)
+                profile = RESULTS / f"saturation-profile-{int(slots)}x{latency:g}ms.txt"
+                spy_cmd = [spy or "py-spy", "record", "--rate", "50", "--format", "raw",
+                           "--output", str(profile), "--"]  # fmt: skip
+                piped = pipeline(judged, workload, url, int(slots), mains, tmp,
+                                 spy_cmd if args.profile else None)  # fmt: skip
             finally:
                 stop(sim)
             capacity = slots / (latency / 1000)
@@ -202,12 +216,15 @@ def main() -> None:
     )  # fmt: skip
     chart(rows, RESULTS / "saturation.png")
     print(f"\ncores={result['cores']} commit={result['commit']} pairs={expected_pairs} (m=3)")
-    print(f"{'capacity':<19}{'path':<10}{'calls/s':>10}{'util %':>9}{'seconds':>9}")
+    print("whole run: first judge call to last scored sample; steady: 10%..90% of the calls")
+    print(f"{'capacity':<19}{'path':<10}{'calls/s':>10}{'util %':>9}{'steady/s':>10}"
+          f"{'steady %':>10}{'seconds':>9}")  # fmt: skip
     for r in rows:
         label = f"{r['slots']}x{r['latency_ms']:g}ms={r['capacity_calls_per_s']:g}/s"
         for key in ("direct", "pipeline"):
             v = r[key]
             print(f"{label:<19}{key:<10}{v['calls_per_s']:>10}{100 * v['utilisation']:>9.1f}"
+                  f"{v['steady_calls_per_s']:>10}{100 * v['steady_utilisation']:>10.1f}"
                   f"{v['seconds']:>9}")  # fmt: skip
         print(f"{'':<19}{'ratio':<10}{r['ratio_pipeline_over_direct']:>10}")
 

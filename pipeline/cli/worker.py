@@ -48,6 +48,9 @@ def worker(
     mode: str = typer.Option(None, help="rl | opd | combine (default: rl)"),
     vote_mode: str = typer.Option(None, help="fixed | early_stop (default: fixed)"),
     m: int = typer.Option(None, help="eval votes per turn (default: 3)"),
+    web_host: str = typer.Option(
+        None, help="Prometheus /metrics listen address; 0.0.0.0 = every interface (127.0.0.1)"
+    ),
     web_port: int = typer.Option(None, help="Prometheus /metrics port; 0 = off (default 6066)"),
     data_dir: Path = typer.Option(None, help="this worker's local state directory"),
     loglevel: str = typer.Option("info", help="crit | error | warn | info | debug"),
@@ -60,7 +63,14 @@ def worker(
     from pipeline.scoring.app import run_worker
 
     overrides = scoring_overrides(
-        judge, judge_url, mode, vote_mode, m, web_port=web_port, data_dir=data_dir
+        judge,
+        judge_url,
+        mode,
+        vote_mode,
+        m,
+        web_host=web_host,
+        web_port=web_port,
+        data_dir=data_dir,
     )
     settings = settings_with_scoring(overrides)
     s = settings.scoring

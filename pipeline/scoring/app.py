@@ -20,12 +20,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
-from faust.types import StreamT
+from faust.types import TP, StreamT
 
 from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.guard import OffsetGuard, Record, kafka_guard
+from pipeline.scoring.handover import Handled, commit_handed_over
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
@@ -34,6 +35,8 @@ from pipeline.settings import Settings
 from pipeline.topics.offsets import group_lag
 
 log = logging.getLogger(__name__)
+
+STRANDED_CHECK_S = 5.0  # how long a partition may hold records nobody delivers, while idle
 
 
 def faust_credentials(settings: Settings) -> Any:
@@ -170,8 +173,18 @@ def build_app(
     if guard is not None:
 
         @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-        async def forget_positions(_app: faust.App, *_args: Any, **_kw: Any) -> None:
-            guard.reset()
+        async def forget_positions(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
+            guard.reset({(tp.topic, tp.partition) for tp in assigned})
+
+    handled = Handled()
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
+        await commit_handed_over(_app, handled, revoked)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def forget_elsewhere(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
+        handled.keep_only({(tp.topic, tp.partition) for tp in assigned})
 
     @app.agent(turns, name="pair")
     async def pair(stream: StreamT) -> None:
@@ -188,6 +201,8 @@ def build_app(
             for rec in await recovered(event.message):
                 await apply(rec.value, rec.key, rec.where)
             await apply(event.value, event.key, _where(event.message))
+            m = event.message
+            handled.done(m.topic, m.partition, m.offset)
 
     @app.agent(paired, name="judge")
     async def judge_agent(stream: StreamT) -> None:
@@ -200,6 +215,8 @@ def build_app(
                 await send(await task)
                 if event is not None:  # None: a record the guard read back (no Faust ack)
                     await manual.ack(event)
+                    m = event.message
+                    handled.done(m.topic, m.partition, m.offset)
 
         async def admit(event: Any, raw: bytes | None, key: bytes | None, where: str) -> None:
             task = asyncio.ensure_future(judging.handle(raw, key, where))
@@ -220,6 +237,34 @@ def build_app(
             emitter.cancel()
             while not window.empty():
                 window.get_nowait()[1].cancel()
+
+    if guard is not None:
+
+        @app.timer(interval=STRANDED_CHECK_S)
+        async def unstrand() -> None:
+            # Records the stream dropped at the end of a partition (faust-streaming can
+            # drop records it had fetched when a rebalance lands) have no later record
+            # to reveal the gap: while nothing is in flight, seek back to them.
+            consumer = app.consumer
+            if app.rebalancing or consumer.unacked:
+                return
+            sources = {topics.chat_turns.name, topics.turns_paired.name}
+            highwaters = {}
+            for tp in consumer.assignment():
+                if tp.topic in sources and (end := consumer.highwater(tp)) is not None:
+                    highwaters[(tp.topic, tp.partition)] = end
+            for (topic, partition), offset in (
+                await guard.stranded(highwaters, STRANDED_CHECK_S)
+            ).items():
+                log.warning(
+                    "%s/%d: no records since offset %d, below its end %d: reading from there",
+                    topic,
+                    partition,
+                    offset,
+                    highwaters[(topic, partition)],
+                )
+                metrics.STRANDED_SEEKS.labels(topic).inc()
+                await consumer.seek(TP(topic, partition), offset)
 
     @app.timer(interval=10.0)
     async def report_lag() -> None:
@@ -288,6 +333,10 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
         async def close_judge_client(app: faust.App, **_kw: Any) -> None:
             await client.close()
 
-    metrics.serve(settings.scoring.web_port)
+    metrics.serve(settings.scoring.web_port, settings.scoring.web_host)
     log.info("judge: %s", judge.identity.model_dump())
-    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    worker = Worker(app, loglevel=loglevel, quiet=True)
+    # Faust's terminal spinner puts the root logger at DEBUG (to spin on every record),
+    # so every debug call in faust/aiokafka would build a log record: none here.
+    worker.spinner = None
+    worker.execute_from_commandline()

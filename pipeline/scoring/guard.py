@@ -6,8 +6,9 @@ dropped, and its offset counted as read; see faust-streaming issues #34, #115,
 #216). Its commit then moves past the record: a pair or a turn would be lost.
 
 The guard keeps, per partition, the next offset the agent should see: the
-group's committed offset (or the log start) after each assignment, then the
-last offset seen + 1. When an event arrives beyond it, the records in between
+group's committed offset (or the log start) when the partition is newly
+assigned, then the last offset seen + 1 (kept across a rebalance that leaves
+the partition here). When an event arrives beyond it, the records in between
 are read back with a plain consumer and handed to the agent first, in order.
 Records seen twice are not filtered: the stages are at-least-once already and
 downstream collapses duplicates by sample_id.
@@ -55,35 +56,92 @@ class OffsetGuard:
         self._read_range = read_range
         self._next: dict[tuple[str, int], int] = {}
         self._starts: dict[tuple[str, int], int] | None = None
+        self._generation = 0  # assignments seen: answers from before one are stale
+        self._last_seen: dict[tuple[str, int], float] = {}  # monotonic time of the last record
+        self._assigned_at = time.monotonic()
 
-    def reset(self) -> None:
-        """Forget every position: call when partitions are (re)assigned."""
-        self._next.clear()
+    def reset(self, kept: set[tuple[str, int]] | None = None) -> None:
+        """Call when partitions are (re)assigned: forget every position but those of ``kept``.
+
+        A partition this worker held before the rebalance and holds again keeps its
+        position (the stream goes on from it, or re-delivers from the commit): asking
+        the group's committed offset for it would find one from before the records
+        this worker just handled, and read those back a second time.
+        """
+        kept = kept or set()
+        self._next = {key: offset for key, offset in self._next.items() if key in kept}
         self._starts = None
+        self._generation += 1
+        self._assigned_at = time.monotonic()
+        self._last_seen = {key: t for key, t in self._last_seen.items() if key in kept}
+
+    async def stranded(
+        self, highwaters: dict[tuple[str, int], int], idle_s: float, now: float | None = None
+    ) -> dict[tuple[str, int], int]:
+        """Partitions whose records stopped coming short of their end: where to seek back to.
+
+        The skips ``missing`` repairs are noticed when a later record arrives; records
+        at the end of a partition have none after them. A partition is stranded when
+        the next offset the agent should see is below its high-water mark and nothing
+        arrived from it for ``idle_s`` (call this only while the agents are idle).
+        """
+        now = time.monotonic() if now is None else now
+        waiting = [
+            key
+            for key, end in highwaters.items()
+            if now - self._last_seen.get(key, self._assigned_at) >= idle_s
+        ]
+        unknown = [key for key in waiting if key not in self._next]
+        if unknown and (self._starts is None or any(k not in self._starts for k in unknown)):
+            generation = self._generation
+            starts = await asyncio.to_thread(self._start_offsets, unknown)
+            if generation != self._generation:
+                return {}
+            self._starts = {**(self._starts or {}), **starts}
+        out = {}
+        for key in waiting:
+            expected = self._next.get(key, (self._starts or {}).get(key))
+            if expected is not None and expected < highwaters[key]:
+                out[key] = expected
+                self._last_seen[key] = now  # give the stream time to deliver them
+        return out
 
     async def missing(self, topic: str, partition: int, offset: int) -> list[Record]:
-        """Records of this partition before ``offset`` that the stream never delivered."""
+        """Records of this partition before ``offset`` that the stream never delivered.
+
+        A rebalance (``reset``) while the broker is asked makes the answer stale:
+        the question is asked again for the new assignment.
+        """
         key = (topic, partition)
-        expected = self._next.get(key)
-        if expected is None:
-            if self._starts is None or key not in self._starts:
-                self._starts = await asyncio.to_thread(self._start_offsets, [key])
-            expected = self._starts.get(key)
-        if expected is None or offset <= expected:
-            self._next[key] = max(self._next.get(key, 0), offset + 1)
-            return []
-        records = await asyncio.to_thread(self._read_range, topic, partition, expected, offset)
-        self._next[key] = max(self._next.get(key, 0), offset + 1)  # only once they are read
-        log.warning(
-            "the stream skipped %s/%d offsets %d..%d; read %d record(s) back",
-            topic,
-            partition,
-            expected,
-            offset - 1,
-            len(records),
-        )
-        metrics.SKIPPED_RECOVERED.labels(topic).inc(len(records))
-        return records
+        self._last_seen[key] = time.monotonic()
+        while True:
+            generation = self._generation
+            expected = self._next.get(key)
+            if expected is None:
+                starts = self._starts
+                if starts is None or key not in starts:
+                    starts = await asyncio.to_thread(self._start_offsets, [key])
+                    if generation != self._generation:
+                        continue
+                    self._starts = starts
+                expected = starts.get(key)
+            if expected is None or offset <= expected:
+                self._next[key] = max(self._next.get(key, 0), offset + 1)
+                return []
+            records = await asyncio.to_thread(self._read_range, topic, partition, expected, offset)
+            if generation != self._generation:
+                continue
+            self._next[key] = max(self._next.get(key, 0), offset + 1)  # only once they are read
+            log.warning(
+                "the stream skipped %s/%d offsets %d..%d; read %d record(s) back",
+                topic,
+                partition,
+                expected,
+                offset - 1,
+                len(records),
+            )
+            metrics.SKIPPED_RECOVERED.labels(topic).inc(len(records))
+            return records
 
 
 def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:

@@ -1,6 +1,9 @@
-"""Prometheus metrics of a scoring worker (served on its --web-port at /metrics)."""
+"""Prometheus metrics of a scoring worker (served on its --web-host:--web-port at /metrics)."""
 
 from __future__ import annotations
+
+from threading import Thread
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -42,10 +45,16 @@ SKIPPED_RECOVERED = Counter(
     "records the Faust stream skipped that the offset guard read back",
     ["topic"],
 )
+STRANDED_SEEKS = Counter(
+    "turnstream_stranded_partition_seeks_total",
+    "seeks back to records a partition's stream stopped short of (no later record came)",
+    ["topic"],
+)
 LAG = Gauge("turnstream_consumer_lag", "records behind the end of each input topic", ["topic"])
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on ``port`` (0 = do not serve)."""
-    if port:
-        start_http_server(port, addr="127.0.0.1")
+def serve(port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, Thread] | None:
+    """Expose /metrics on ``host:port`` (port 0 = do not serve); the server and its thread."""
+    if not port:
+        return None
+    return start_http_server(port, addr=host)

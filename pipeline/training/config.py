@@ -78,11 +78,18 @@ class TrainerConfig:
     checkpoint_dir: str = opt(
         ".turnstream/trainer/ckpt", "checkpoints (model, optimizer, offsets, dedup ledger)"
     )
+    keep_checkpoints: int = opt(
+        2, "step* checkpoints kept in checkpoint_dir, newest first (>= 1); older ones are deleted"
+    )
     update_weights_interval: int = opt(1, "push weights every N optimizer steps")
     weights_dir: str = opt(".turnstream/trainer/weights", "where HF weights are saved for push")
+    keep_weight_versions: int = opt(
+        2, "pushed vNNNNNN weight versions kept in weights_dir (>= 1); the loaded one always stays"
+    )
     policy_urls: list[str] = opt([], "SGLang policy servers to call update_weights_from_disk on")
     metrics_jsonl: str | None = opt(".turnstream/trainer/metrics.jsonl", "per-step metrics log")
-    metrics_port: int = opt(0, "Prometheus /metrics port on 127.0.0.1 (0 = off)")
+    metrics_host: str = opt("127.0.0.1", "listen address of /metrics (0.0.0.0 for every interface)")
+    metrics_port: int = opt(0, "Prometheus /metrics port on metrics_host (0 = off)")
     tensorboard_dir: str | None = opt(
         None, "also write TensorBoard scalars here (needs the tensorboard package)"
     )
@@ -98,6 +105,9 @@ class TrainerConfig:
                 "weight push with ZeRO-3 is not supported yet (parameters are "
                 "partitioned); use zero_stage <= 2 or update_weights_interval: 0"
             )
+        for name in ("keep_checkpoints", "keep_weight_versions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
 

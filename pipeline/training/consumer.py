@@ -6,7 +6,9 @@ take no batch slot; undecodable records go to the dead-letter topic. After
 each optimizer step the trainer writes a checkpoint that records the next
 offset of every partition and the dedup ledger of trained sample_ids, and
 only then commits those offsets to its consumer group. On restart the
-checkpoint's offsets win; the ledger drops anything trained already.
+checkpoint's offsets win; the ledger drops anything trained already. Rank 0
+deletes checkpoints beyond the newest ``keep_checkpoints`` after each save, and
+weight versions beyond the newest ``keep_weight_versions`` after each push.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
 from pipeline.training.config import TrainerConfig
 from pipeline.training.metrics import MetricsSink
+from pipeline.training.retention import prune_checkpoints, prune_weight_versions
 from pipeline.training.signals import Requests
 from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
 
@@ -138,6 +141,7 @@ class Trainer:
             config.metrics_jsonl if self.rank == 0 else None,
             config.metrics_port if self.rank == 0 else 0,
             config.tensorboard_dir if self.rank == 0 else None,
+            host=config.metrics_host,
         )
 
     def _load_checkpoint(self) -> TrainerState:
@@ -413,6 +417,7 @@ class Trainer:
                 for p, o in offsets.items()
             }
         )
+        prune_checkpoints(self.ckpt_dir, self.config.keep_checkpoints)
 
     def _push_weights(self, out: KafkaProducer, step: int) -> PolicyVersion | None:
         version = self.state.policy_version + 1
@@ -432,6 +437,7 @@ class Trainer:
             )
         )
         self.state.policy_version = version
+        prune_weight_versions(Path(self.config.weights_dir), self.config.keep_weight_versions, path)
         return record
 
     def _log_metrics(

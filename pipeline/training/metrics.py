@@ -37,10 +37,15 @@ SKIPPED = Counter(
 class MetricsSink:
     """Where each step's metrics go."""
 
-    def __init__(self, jsonl: str | None, port: int, tensorboard_dir: str | None) -> None:
+    def __init__(
+        self,
+        jsonl: str | None,
+        port: int,
+        tensorboard_dir: str | None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.jsonl = Path(jsonl) if jsonl else None
-        if port:
-            start_http_server(port, addr="127.0.0.1")
+        self.server = start_http_server(port, addr=host) if port else None
         self.writer = None
         if tensorboard_dir:
             try:

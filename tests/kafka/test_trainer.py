@@ -137,7 +137,11 @@ def test_trainer_trains_each_included_sample_once_and_pushes_weights(
     assert f"trained {steps} step(s)" in first.stdout
     assert updates["calls"] == steps + 1  # the first call was refused and retried
     assert len(updates["loaded"]) == steps
-    assert all(Path(p, "config.json").exists() for p in updates["loaded"])
+    # keep_weight_versions and keep_checkpoints (2 by default): older ones were deleted.
+    assert [Path(p).exists() for p in updates["loaded"]] == [False, True, True]
+    assert all(Path(p, "config.json").exists() for p in updates["loaded"][1:])
+    ckpt = tmp_path / "trainer" / "ckpt"
+    assert sorted(p.name for p in ckpt.glob("step*")) == ["step00000002", "step00000003"]
     versions = [
         orjson.loads(r.value) for r in read_all(settings, settings.topics.policy_versions.name)
     ]

@@ -45,6 +45,21 @@ def test_worker_flags_are_checked_before_anything_starts() -> None:
     assert ok.scoring.m == 5 and ok.scoring.judge == "openai"
 
 
+def test_worker_web_host_and_port_flags_reach_its_settings(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pipeline.scoring.app
+
+    started = []
+    monkeypatch.delenv("TURNSTREAM_SCORING_WEB_HOST", raising=False)
+    monkeypatch.setattr(
+        pipeline.scoring.app, "run_worker", lambda settings, loglevel: started.append(settings)
+    )
+    result = runner.invoke(app, ["worker", "--web-host", "0.0.0.0", "--web-port", "16066"])
+    assert result.exit_code == 0, result.output
+    assert (started[0].scoring.web_host, started[0].scoring.web_port) == ("0.0.0.0", 16066)
+    runner.invoke(app, ["worker"])
+    assert started[1].scoring.web_host == "127.0.0.1"
+
+
 def test_deepspeed_launcher_local_rank_argument_is_taken(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 

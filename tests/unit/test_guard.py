@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from pipeline.scoring.guard import OffsetGuard, Record
 
@@ -72,8 +73,45 @@ def test_partitions_are_tracked_separately_and_reset_asks_again() -> None:
     assert log.start_calls == 2
 
 
+def test_a_partition_kept_across_a_rebalance_keeps_its_position() -> None:
+    log = FakeLog({("t", 0): 5, ("t", 1): 5})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    for o in range(5, 30):  # handled, but the group's commit is still at 5
+        offsets_read(guard, "t", 0, o)
+        offsets_read(guard, "t", 1, o)
+    guard.reset({("t", 0)})  # t/0 stays here, t/1 went away and comes back later
+    assert offsets_read(guard, "t", 0, 30) == []  # nothing read back a second time
+    assert offsets_read(guard, "t", 1, 30) == list(range(5, 30))  # new here: from the commit
+    assert offsets_read(guard, "t", 0, 32) == [31]  # gaps are still caught
+
+
 def test_an_unknown_start_checks_nothing() -> None:
     log = FakeLog({})
     guard = OffsetGuard(log.start_offsets, log.read_range)
     assert offsets_read(guard, "t", 0, 50) == []
     assert offsets_read(guard, "t", 0, 52) == [51]  # later gaps are still caught
+
+
+def test_records_left_at_the_end_of_a_partition_are_found_once_it_stays_quiet() -> None:
+    log = FakeLog({("t", 0): 10, ("t", 1): 4})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    for o in range(10, 20):
+        offsets_read(guard, "t", 0, o)  # t/0 delivered up to 19 of 25; t/1 never delivered
+    now = time.monotonic()
+    ends = {("t", 0): 25, ("t", 1): 9, ("t", 2): 0}
+    assert asyncio.run(guard.stranded(ends, idle_s=5, now=now)) == {}  # not quiet long enough
+    later = now + 6
+    assert asyncio.run(guard.stranded(ends, idle_s=5, now=later)) == {("t", 0): 20, ("t", 1): 4}
+    # after a seek the stream gets time to deliver before the next seek
+    assert asyncio.run(guard.stranded(ends, idle_s=5, now=later + 1)) == {}
+    offsets_read(guard, "t", 0, 24)  # it did: t/0 has been read to its end (gap read back)
+    assert asyncio.run(guard.stranded(ends, idle_s=5, now=later + 20)) == {("t", 1): 4}
+
+
+def test_a_partition_read_to_its_end_is_not_stranded() -> None:
+    log = FakeLog({("t", 0): 3})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    for o in (3, 4, 5):
+        offsets_read(guard, "t", 0, o)
+    later = time.monotonic() + 60
+    assert asyncio.run(guard.stranded({("t", 0): 6}, idle_s=5, now=later)) == {}

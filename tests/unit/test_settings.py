@@ -47,6 +47,13 @@ def test_incomplete_sasl_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -
         load_settings()
 
 
+def test_worker_metrics_host_defaults_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TURNSTREAM_SCORING_WEB_HOST", raising=False)
+    assert load_settings().scoring.web_host == "127.0.0.1"
+    monkeypatch.setenv("TURNSTREAM_SCORING_WEB_HOST", "0.0.0.0")
+    assert load_settings().scoring.web_host == "0.0.0.0"
+
+
 def test_yaml_settings_file_is_lowest_priority(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "turnstream.yaml"
     path.write_text("topic_prefix: from-yaml.\nclient_id: yaml-client\n")

@@ -29,6 +29,20 @@ def test_defaults_match_the_reference() -> None:
     assert (c.kl_coef, c.entropy_coef) == (0.0, 0.0)
 
 
+def test_metrics_host_and_retention_options(tmp_path: Path) -> None:
+    default = TrainerConfig()
+    assert default.metrics_host == "127.0.0.1"
+    assert (default.keep_checkpoints, default.keep_weight_versions) == (2, 2)
+    path = tmp_path / "t.yaml"
+    path.write_text("metrics_host: 0.0.0.0\nmetrics_port: 6067\nkeep_checkpoints: 1\n")
+    config = load_trainer_config(path)
+    assert (config.metrics_host, config.metrics_port, config.keep_checkpoints) == (
+        "0.0.0.0",
+        6067,
+        1,
+    )
+
+
 def test_every_option_has_help() -> None:
     text = config_help()
     assert len(text.splitlines()) == len(TrainerConfig.__dataclass_fields__)
@@ -41,6 +55,8 @@ def test_every_option_has_help() -> None:
         ("lr: fast\n", "option lr"),
         ("learning_rate: 1e-5\n", "unknown option(s) ['learning_rate']"),
         ("zero_stage: 5\n", "zero_stage must be 0..3"),
+        ("keep_checkpoints: 0\n", "keep_checkpoints must be >= 1, got 0"),
+        ("keep_weight_versions: -1\n", "keep_weight_versions must be >= 1, got -1"),
         ("- a\n", "expected a mapping"),
     ],
 )

@@ -1,0 +1,194 @@
+"""Scale-out: one vs two scoring workers on a CPU-bound setting, and a rebalance mid-run.
+
+The judge simulator (a test double) answers at once (latency 0), so the workers'
+own CPU is the limit. The same seeded workload (benchmarks/workload.py) is
+produced to fresh topics for each run:
+
+- 1 worker: throughput, first judge call to last scored sample;
+- 2 workers, started together: the same;
+- rebalance: 1 worker, and a second one joining once a third of the samples
+  are scored; then every main turn must have its sample on samples.scored.
+  Lost = main turns without a sample (must be 0); duplicates = extra records
+  for a sample_id already there (the trainer collapses them by sample_id).
+
+Prints a table, writes benchmarks/results/scaleout.json and scaleout.png.
+On a machine with fewer cores than processes (broker, simulator, workers) the
+ratio says how much the second worker can still add there.
+
+    python benchmarks/scaleout.py [--sessions 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import orjson
+from common import (
+    RESULTS,
+    broker,
+    partition_ends,
+    produce_file,
+    read_all,
+    sim_stats,
+    spawn,
+    spawn_worker,
+    stop,
+    wait_http,
+    write_result,
+)
+from workload import generate
+
+from pipeline.broker.local import free_port_pair
+from pipeline.settings import Settings
+from pipeline.topics import admin
+
+
+def scored_count(settings: Settings) -> int:
+    return sum(partition_ends(settings, settings.topics.samples_scored.name).values())
+
+
+def run(
+    base: Settings,
+    workload: Path,
+    expected: set[tuple[str, int]],
+    url: str,
+    tmp: Path,
+    workers: int,
+    join_at: float | None = None,
+) -> dict:
+    """Score the workload with ``workers`` workers (the second one joining at ``join_at``
+    of the samples, or at once) and check every expected sample is there."""
+    settings = base.model_copy(update={"topic_prefix": f"so{uuid.uuid4().hex[:6]}."})
+    admin.apply(settings)
+    produce_file(settings, workload)
+    procs: list[subprocess.Popen] = []
+
+    def start(i: int) -> None:
+        log = tmp / f"{settings.topic_prefix}w{i}.log"
+        procs.append(spawn_worker(settings, url, tmp / f"{settings.topic_prefix}w{i}", log, 256))
+
+    try:
+        first = sim_stats(url)["calls"]
+        for i in range(workers if join_at is None else 1):
+            start(i)
+        while sim_stats(url)["calls"] == first:
+            if any(p.poll() is not None for p in procs):
+                sys.exit(f"a worker exited; see the logs in {tmp}")
+            time.sleep(0.05)
+        began = time.monotonic()
+        joined_at = None
+        deadline = began + 900
+        while (done := scored_count(settings)) < len(expected):
+            if join_at is not None and len(procs) < workers and done >= join_at * len(expected):
+                joined_at = done
+                start(len(procs))
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                sys.exit(f"a worker exited or the run did not finish; see the logs in {tmp}")
+            time.sleep(0.1)
+        seconds = time.monotonic() - began
+        time.sleep(3)  # anything still in flight (a duplicate) lands before the count
+    finally:
+        for proc in procs:
+            stop(proc)
+    samples = (
+        orjson.loads(r.value) for r in read_all(settings, settings.topics.samples_scored.name)
+    )
+    counts = Counter((s["session_id"], s["turn_index"]) for s in samples)
+    pairs = (
+        orjson.loads(r.value)["turn"] for r in read_all(settings, settings.topics.turns_paired.name)
+    )
+    paired = Counter((t["session_id"], t["turn_index"]) for t in pairs)
+    lost = len(expected - counts.keys())
+    duplicates = sum(n - 1 for n in counts.values())
+    return {
+        "workers": workers,
+        "second_joined_at_samples": joined_at,
+        "seconds": round(seconds, 2),
+        "samples_per_s": round(len(expected) / seconds, 1),
+        "samples": len(expected),
+        "lost": lost,
+        "duplicates": duplicates,
+        "paired_duplicates": sum(n - 1 for n in paired.values()),  # from the pairing stage
+        "unexpected": len(counts.keys() - expected),
+    }
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    labels = [r["label"] for r in rows]
+    ax.bar(labels, [r["samples_per_s"] for r in rows], color=["tab:gray", "tab:blue", "tab:green"])
+    for i, r in enumerate(rows):
+        ax.annotate(f"lost {r['lost']}, dup {r['duplicates']}", (i, r["samples_per_s"]),
+                    ha="center", va="bottom", fontsize=8)  # fmt: skip
+    ax.set(title="scored samples/s (judge latency 0)", ylabel="samples/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=600)
+    parser.add_argument("--join-at", type=float, default=1 / 3, help="share of samples scored")
+    args = parser.parse_args()
+    lines = generate(args.sessions, seed=11)
+    expected = {
+        (e["session_id"], e["turn_index"])
+        for e in map(orjson.loads, lines)
+        if e["type"] == "turn" and e["turn_type"] == "main"
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name, broker(Path(tmp_name)) as settings:
+        tmp = Path(tmp_name)
+        workload = tmp / "workload.jsonl"
+        workload.write_bytes(b"\n".join(lines) + b"\n")
+        port = free_port_pair()
+        url = f"http://127.0.0.1:{port}"
+        sim = spawn(
+            ["pipeline.testing.judge_sim", "--port", str(port), "--slots", "1024",
+             "--latency-ms", "0"],
+            dict(os.environ), tmp / "sim.log",
+        )  # fmt: skip
+        try:
+            wait_http(url + "/health", sim, tmp / "sim.log")
+            for label, workers, join_at in (
+                ("1 worker", 1, None),
+                ("2 workers", 2, None),
+                ("1 + 1 joining", 2, args.join_at),
+            ):
+                print(f"{label} ...", flush=True)
+                rows.append({"label": label, **run(settings, workload, expected, url, tmp,
+                                                   workers, join_at)})  # fmt: skip
+        finally:
+            stop(sim)
+    ratio = round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3)
+    result = write_result(
+        "scaleout",
+        {"sessions": args.sessions, "judge_latency_ms": 0, "ratio_2_over_1": ratio, "runs": rows},
+    )
+    chart(rows, RESULTS / "scaleout.png")
+    print(f"\ncores={result['cores']} commit={result['commit']} samples={len(expected)} "
+          f"(one per main turn)")  # fmt: skip
+    print(f"{'run':<16}{'samples/s':>10}{'seconds':>9}{'lost':>6}{'dup':>6}{'joined at':>11}")
+    for r in rows:
+        joined = r["second_joined_at_samples"] if r["second_joined_at_samples"] is not None else "-"
+        print(f"{r['label']:<16}{r['samples_per_s']:>10}{r['seconds']:>9}{r['lost']:>6}"
+              f"{r['duplicates']:>6}{joined:>11}")  # fmt: skip
+    print(f"{'ratio 2/1':<16}{ratio:>10}")
+
+
+if __name__ == "__main__":
+    main()

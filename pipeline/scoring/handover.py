@@ -1,0 +1,80 @@
+"""Handover: commit what this worker handled before its partitions move to another.
+
+When a rebalance revokes partitions, faust-streaming (0.15) drops its record of
+the offsets acked on them *before* its own final commit runs, so that commit
+carries nothing for them: the group's offset stays at the last timer commit
+(every 2.8 s, longer under load) and the next owner judges everything since
+then a second time. Seen when a second worker joins mid-run: hundreds of
+duplicate samples, each one m judge calls spent twice.
+
+``Handled`` keeps, per partition, the offset after the last record whose
+outputs were handed to the producer. Faust drains the agents before it signals
+the revocation, so at that point every record seen is handled;
+``commit_handed_over`` waits until the producer has sent everything (outputs
+and table changelog) and then commits those offsets for the revoked
+partitions. Committing only what was delivered keeps the guarantee
+at-least-once: a record is never committed before its outputs are on the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]  # (topic, partition)
+
+
+class Handled:
+    """Per partition: the offset after the last record fully handled (outputs sent)."""
+
+    def __init__(self) -> None:
+        self._next: dict[Key, int] = {}
+
+    def done(self, topic: str, partition: int, offset: int) -> None:
+        key = (topic, partition)
+        self._next[key] = max(self._next.get(key, 0), offset + 1)
+
+    def take(self, revoked: set[Key]) -> dict[Key, int]:
+        """The positions of ``revoked`` partitions, forgotten here."""
+        return {key: self._next.pop(key) for key in revoked if key in self._next}
+
+    def keep_only(self, assigned: set[Key]) -> None:
+        """After an assignment: positions of partitions held elsewhere meanwhile are stale."""
+        self._next = {key: o for key, o in self._next.items() if key in assigned}
+
+
+async def commit_handed_over(
+    app: Any, handled: Handled, revoked: Any, timeout_s: float = 30.0
+) -> dict[Key, int]:
+    """Commit the handled positions of ``revoked`` (faust TPs) through Faust's consumer.
+
+    Only once the producer's buffer is empty: table changelog writes wait there,
+    and Faust's own flush gives up after 0.1 s without a send. A position committed
+    before the session state that goes with it is on the log would let the next
+    owner restore an older state. If the buffer does not drain in ``timeout_s``,
+    nothing is committed (the next owner re-reads: duplicates, never a loss).
+    """
+    from faust.types import TP
+
+    positions = handled.take({(tp.topic, tp.partition) for tp in revoked})
+    if not positions:
+        return {}
+    producer = app.producer
+    deadline = time.monotonic() + timeout_s
+    while producer.buffer.size and time.monotonic() < deadline:
+        await producer.flush()
+    if producer.buffer.size:
+        log.warning(
+            "not committing %d handed-over position(s): %d record(s) still unsent after %.0fs",
+            len(positions),
+            producer.buffer.size,
+            timeout_s,
+        )
+        return {}
+    await producer.flush()
+    await app.consumer._commit({TP(t, p): offset for (t, p), offset in positions.items()})
+    log.info("committed %d handed-over partition position(s)", len(positions))
+    return positions

@@ -1,0 +1,87 @@
+"""Handed-over positions: what a worker commits for partitions that move away."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from faust.types import TP
+
+from pipeline.scoring.handover import Handled, commit_handed_over
+
+
+def test_the_position_is_after_the_highest_handled_offset_per_partition() -> None:
+    handled = Handled()
+    for offset in (4, 5, 7, 6):
+        handled.done("t", 0, offset)
+    handled.done("t", 1, 2)
+    assert handled.take({("t", 0), ("t", 1), ("t", 2)}) == {("t", 0): 8, ("t", 1): 3}
+    assert handled.take({("t", 0)}) == {}  # taken once
+
+
+def test_an_assignment_forgets_partitions_that_were_elsewhere() -> None:
+    handled = Handled()
+    handled.done("t", 0, 9)
+    handled.done("t", 1, 9)
+    handled.keep_only({("t", 1)})
+    assert handled.take({("t", 0), ("t", 1)}) == {("t", 1): 10}
+
+
+class _Buffer:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class _Producer:
+    def __init__(self, unsent: int, drains: bool) -> None:
+        self.buffer = _Buffer(unsent)
+        self.drains = drains
+        self.flushes = 0
+
+    async def flush(self) -> None:
+        self.flushes += 1
+        if self.drains:
+            self.buffer.size = max(0, self.buffer.size - 1)
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.commits: list[dict[TP, int]] = []
+
+    async def _commit(self, offsets: dict[TP, int]) -> bool:
+        self.commits.append(dict(offsets))
+        return True
+
+
+class _App:
+    def __init__(self, producer: _Producer) -> None:
+        self.producer = producer
+        self.consumer = _Consumer()
+
+
+def _revoke(app: Any, handled: Handled, timeout_s: float = 30.0) -> dict:
+    revoked = {TP("t", 0), TP("t", 1)}
+    return asyncio.run(commit_handed_over(app, handled, revoked, timeout_s=timeout_s))
+
+
+def test_positions_are_committed_only_after_the_producer_sent_everything() -> None:
+    handled = Handled()
+    handled.done("t", 0, 41)
+    app = _App(_Producer(unsent=3, drains=True))
+    assert _revoke(app, handled) == {("t", 0): 42}
+    assert app.producer.buffer.size == 0 and app.producer.flushes >= 4
+    assert app.consumer.commits == [{TP("t", 0): 42}]
+
+
+def test_nothing_is_committed_while_records_stay_unsent() -> None:
+    handled = Handled()
+    handled.done("t", 1, 7)
+    app = _App(_Producer(unsent=2, drains=False))
+    assert _revoke(app, handled, timeout_s=0.05) == {}
+    assert app.consumer.commits == []  # the next owner re-reads: duplicates, not a loss
+
+
+def test_nothing_handled_commits_nothing() -> None:
+    app = _App(_Producer(unsent=0, drains=True))
+    assert _revoke(app, Handled()) == {}
+    assert app.consumer.commits == [] and app.producer.flushes == 0
