@@ -52,6 +52,8 @@ bench: setup kafka-jars
 	$(BIN)/python benchmarks/proxy.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/saturation.py
+	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/scaleout.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache
