@@ -32,3 +32,7 @@ class BrokerError(TurnstreamError):
 
 class TopicPlanError(TurnstreamError):
     """topics.yaml asks for a change Kafka cannot make (fewer partitions, new RF)."""
+
+
+class RewardError(TurnstreamError):
+    """A reward processor could not be loaded, or broke its contract (wrong output, length)."""

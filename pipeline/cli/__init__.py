@@ -16,6 +16,7 @@ from pipeline.cli import (
     proxy,
     replay,
     retry,
+    rewards,
     schema,
     topics,
     train,
@@ -41,6 +42,8 @@ app.command("proxy")(proxy.proxy)
 app.command("replay")(replay.replay_cmd)
 app.command("rescore")(replay.rescore_cmd)
 app.add_typer(replay.offsets_app, name="offsets")
+app.add_typer(rewards.reward_app, name="reward")
+app.add_typer(rewards.judge_app, name="judge")
 app.command("demo")(demo.demo)
 
 

@@ -1,0 +1,190 @@
+"""`turnstream reward test` and `turnstream judge agreement`: reward processors, run locally.
+
+Exit status: 0 success; 1 a FAILED output, a processor error, or agreement
+below a threshold; 2 bad input (a class path that does not load, a file that
+is not the JSON expected, bad options).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
+
+from pipeline.errors import ConfigError, RewardError
+from pipeline.rewards import agreement as gold
+from pipeline.rewards.combine import load_weighted
+from pipeline.rewards.loading import CLASSPATH_FORMS, load_processor
+from pipeline.rewards.protocols import (
+    close_processor,
+    processor_name,
+    run_group_processor,
+    run_processor,
+    setup_processor,
+)
+from pipeline.rewards.types import GroupRewardInput, GroupRewardOutput, RewardInput, RewardOutput
+
+reward_app = typer.Typer(help="Reward processors: run one locally.", no_args_is_help=True)
+judge_app = typer.Typer(help="Judge quality checks.", no_args_is_help=True)
+stderr = Console(stderr=True, soft_wrap=True)
+
+DEFAULT_JUDGE = "pipeline.rewards.prm:PrmJudge"
+PROCESSOR_HELP = f"the processor class: {CLASSPATH_FORMS}"
+CONFIG_HELP = "a rewards YAML (weighted processors) instead of --processor"
+OPTIONS_HELP = "constructor keywords as a JSON object, e.g. '{\"max_chars\": 2000}'"
+
+
+def _exit(code: int, message: str) -> NoReturn:
+    stderr.print(Text("error: ", style="bold red").append(message, style=""), highlight=False)
+    raise typer.Exit(code)
+
+
+def _build(processor: str | None, config: Path | None, options: str | None) -> Any:
+    """The processor named on the command line, set up; bad names and options exit 2."""
+    if (processor is None) == (config is None):
+        _exit(2, "give exactly one of --processor module:Class or --config rewards.yaml")
+    try:
+        if config is not None:
+            if options:
+                _exit(2, "--options goes with --processor; a rewards file has its own options")
+            built = load_weighted(config)
+        else:
+            kwargs = orjson.loads(options) if options else {}
+            if not isinstance(kwargs, dict):
+                _exit(2, f"--options must be a JSON object, got {type(kwargs).__name__}")
+            built = load_processor(str(processor), kwargs)
+    except orjson.JSONDecodeError as exc:
+        _exit(2, f"--options is not valid JSON: {exc}")
+    except (RewardError, ConfigError) as exc:
+        _exit(2, str(exc))
+    try:
+        setup_processor(built)
+    except RewardError as exc:
+        _exit(2, str(exc))
+    return built
+
+
+def _read_input(path: Path) -> RewardInput | GroupRewardInput:
+    """A reward input, or a group input when it has ``agent_outputs``; problems exit 2."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        _exit(2, f"{path}: cannot read: {exc.strerror or exc}")
+    except orjson.JSONDecodeError as exc:
+        _exit(2, f"{path}: not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        _exit(2, f"{path}: expected a JSON object, got {type(data).__name__}")
+    group = data.get("func_type") == "group_reward" or "agent_outputs" in data
+    model: type[RewardInput] | type[GroupRewardInput] = GroupRewardInput if group else RewardInput
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: "
+            + ("unknown field" if err["type"] == "extra_forbidden" else err["msg"])
+            for err in exc.errors(include_url=False)
+        ]
+        _exit(2, f"{path}: not a {model.__name__}:\n  " + "\n  ".join(problems))
+
+
+async def _run_once(
+    built: Any, data: RewardInput | GroupRewardInput
+) -> RewardOutput | GroupRewardOutput:
+    try:
+        if isinstance(data, GroupRewardInput):
+            return await run_group_processor(built, data)
+        return await run_processor(built, data)
+    finally:
+        await close_processor(built)
+
+
+@reward_app.command("test")
+def reward_test(
+    input: Path = typer.Option(..., "--input", help="a reward input JSON (group: agent_outputs)"),
+    processor: str = typer.Option(None, "--processor", help=PROCESSOR_HELP),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
+    options: str = typer.Option(None, "--options", help=OPTIONS_HELP),
+) -> None:
+    """Run one reward processor on one input and print its output as JSON.
+
+    The input has the reward SDK's shape: agent_output.messages, ground_truth,
+    request_metadata, and optionally the judged response and its next_state.
+    With agent_outputs (a list) it is a group input for a group processor.
+    Exits 1 when the output is FAILED or the processor raises, 2 when the
+    class path, the options or the input file cannot be used.
+    """
+    data = _read_input(input)
+    built = _build(processor, config, options)
+    name = processor_name(built)
+    try:
+        out = asyncio.run(_run_once(built, data))
+    except RewardError as exc:
+        _exit(1, str(exc))
+    except Exception as exc:
+        _exit(1, f"{name} raised {type(exc).__name__}: {exc}")
+    typer.echo(orjson.dumps(out.model_dump(mode="json"), option=orjson.OPT_INDENT_2).decode())
+    if not out.ok:
+        _exit(1, f"{name} FAILED: {out.error}")
+
+
+async def _score_all(built: Any, items: list[gold.GoldItem], concurrency: int) -> list[Any]:
+    try:
+        return await gold.score_gold(built, items, concurrency)
+    finally:
+        await close_processor(built)
+
+
+@judge_app.command("agreement")
+def judge_agreement(
+    gold_path: Path = typer.Option(
+        ..., "--gold", help="labelled JSONL: one reward input per line with a numeric label"
+    ),
+    processor: str = typer.Option(
+        None, "--processor", help=f"{PROCESSOR_HELP} (default: the configured PRM judge)"
+    ),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
+    options: str = typer.Option(None, "--options", help=OPTIONS_HELP),
+    concurrency: int = typer.Option(8, min=1, help="inputs scored at once"),
+    min_rho: float = typer.Option(None, help="exit 1 when Spearman rho is below this"),
+    min_kappa: float = typer.Option(None, help="exit 1 when Cohen kappa is below this"),
+) -> None:
+    """Score a labelled gold set and print Spearman rho, Cohen kappa and a confusion table.
+
+    The default processor is the judge the scoring worker is configured with
+    (TURNSTREAM_SCORING_JUDGE and friends; the offline default is the rules
+    heuristic). Rho compares raw scores with the labels; kappa and the table
+    bin each score to the nearest label. Run it after every change to a
+    reward or the judge model, and compare.
+    """
+    try:
+        items = gold.load_gold(gold_path)
+    except RewardError as exc:
+        _exit(2, str(exc))
+    if processor is None and config is None:
+        processor = DEFAULT_JUDGE
+    built = _build(processor, config, options)
+    describe = getattr(built, "describe", None)
+    label = describe() if callable(describe) else processor_name(built)
+    typer.echo(f"gold set: {gold_path} ({len(items)} labelled inputs); processor: {label}")
+    try:
+        outputs = asyncio.run(_score_all(built, items, concurrency))
+    except RewardError as exc:
+        _exit(1, str(exc))
+    except Exception as exc:
+        _exit(1, f"{processor_name(built)} raised {type(exc).__name__}: {exc}")
+    result = gold.report(items, outputs)
+    typer.echo(gold.render(result))
+    problems = []
+    if result.failed:
+        problems.append(f"{len(result.failed)} input(s) FAILED; the statistics leave them out")
+    for name, value, floor in (("rho", result.rho, min_rho), ("kappa", result.kappa, min_kappa)):
+        if floor is not None and (value is None or value < floor):
+            problems.append(f"{name} {gold.describe(value)} is below --min-{name} {floor:g}")
+    if problems:
+        _exit(1, "; ".join(problems))
