@@ -164,6 +164,10 @@ class Sample(_Strict):
     policy_version: int | None = None
     judge: JudgeIdentity
     timings: dict[str, float] = Field(default_factory=dict)
+    reward_metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="named metrics of the reward processors (TURNSTREAM_SCORING_REWARDS)",
+    )
 
 
 class RetryRecord(_Strict):

@@ -126,6 +126,11 @@ class ScoringSettings(BaseSettings):
     idle_timeout_s: float = Field(1800.0, gt=0, description="flush a silent session's turn")
     idle_check_interval_s: float = Field(30.0, gt=0)
     group_id: str = Field("turnstream-scoring", description="consumer group of the workers")
+    rewards: Path | None = Field(
+        None,
+        description="YAML of reward processors (pipeline.rewards) to score pairs with, in rl "
+        "mode; unset: the PRM judge alone",
+    )
     web_host: str = Field(
         "127.0.0.1",
         description="listen address of /metrics (0.0.0.0 for every interface, to be scraped "

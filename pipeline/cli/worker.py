@@ -82,7 +82,8 @@ def worker(
             else f" urls={list(s.judge_urls)}"
         )
         + f" mode={s.mode} vote_mode={s.vote_mode} m={s.m} "
-        f"kafka={settings.bootstrap_servers}",
+        + (f"rewards={s.rewards} " if s.rewards else "")
+        + f"kafka={settings.bootstrap_servers}",
         err=True,
     )
     run_worker(settings, loglevel=loglevel)

@@ -115,11 +115,13 @@ def build_app(
     sender: Sender | None = None,
     teacher: Teacher | None = None,
     guard: OffsetGuard | None = None,
+    rewards: Any = None,
 ) -> faust.App:
     """The Faust app of one scoring worker (agents, table, timer).
 
     ``sender`` replaces the Kafka sends (tests observe the agents' output with it);
-    ``guard`` reads back records the Faust stream skipped (see pipeline.scoring.guard).
+    ``guard`` reads back records the Faust stream skipped (see pipeline.scoring.guard);
+    ``rewards`` (a set-up reward processor) scores pairs in place of the judge.
     """
     s, topics = settings.scoring, settings.topics
     app = faust.App(
@@ -157,7 +159,7 @@ def build_app(
     }
     sessions = app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
     pairing = PairingStage(topics, s.idle_timeout_s)
-    judging = JudgeStage(topics, judge, s.mode, teacher)
+    judging = JudgeStage(topics, judge, s.mode, teacher, rewards=rewards)
 
     async def send_to_kafka(outs: list[Out]) -> None:
         for out in outs:
@@ -302,6 +304,25 @@ def _where(message: Any) -> str:
     return f"{message.topic}/{message.partition}/{message.offset}"
 
 
+def load_rewards(settings: Settings) -> Any:
+    """The reward processors of ``TURNSTREAM_SCORING_REWARDS``, set up; None when unset."""
+    path = settings.scoring.rewards
+    if path is None:
+        return None
+    if settings.scoring.mode != "rl":
+        raise ConfigError(
+            f"TURNSTREAM_SCORING_REWARDS={path}: reward processors score in rl mode only "
+            f"(TURNSTREAM_SCORING_MODE is {settings.scoring.mode})"
+        )
+    from pipeline.rewards.combine import load_weighted
+    from pipeline.rewards.protocols import setup_processor
+
+    processor = load_weighted(path)
+    setup_processor(processor)
+    log.info("scoring with the reward processors of %s", path)
+    return processor
+
+
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run one scoring worker until it is stopped (SIGINT/SIGTERM)."""
     from faust.worker import Worker
@@ -325,13 +346,20 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
     judge, teacher = build_judge(settings)
     group = settings.topic_prefix + settings.scoring.group_id
-    app = build_app(settings, judge, teacher=teacher, guard=kafka_guard(settings, group))
+    rewards = load_rewards(settings)
+    app = build_app(
+        settings, judge, teacher=teacher, guard=kafka_guard(settings, group), rewards=rewards
+    )
     client = getattr(judge, "client", None)
-    if client is not None:
 
-        @app.on_before_shutdown.connect  # type: ignore[arg-type]
-        async def close_judge_client(app: faust.App, **_kw: Any) -> None:
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def close_judge_client(app: faust.App, **_kw: Any) -> None:
+        if client is not None:
             await client.close()
+        if rewards is not None:
+            from pipeline.rewards.protocols import close_processor
+
+            await close_processor(rewards)
 
     metrics.serve(settings.scoring.web_port, settings.scoring.web_host)
     log.info("judge: %s", judge.identity.model_dump())

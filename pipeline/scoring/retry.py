@@ -77,7 +77,7 @@ def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: Re
             report.requeued += 1
             return out.send(topics.turns_paired.name, key=rec.key, value=encode(paired))
         reason = (
-            f"judge still unreachable after {record.attempts} attempts "
+            f"judge or reward still failing after {record.attempts} attempts "
             f"(max {max_attempts}): {record.error}"
         )
     letter = DeadLetters(topics)("retry", reason, source, rec.value)

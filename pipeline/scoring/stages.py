@@ -120,7 +120,12 @@ class JudgeStage:
     """turns.paired record -> scored sample, retry record, or dead letter."""
 
     def __init__(
-        self, topics: Topics, judge: Judge, mode: Mode, teacher: Teacher | None = None
+        self,
+        topics: Topics,
+        judge: Judge,
+        mode: Mode,
+        teacher: Teacher | None = None,
+        rewards: Any = None,
     ) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
@@ -128,6 +133,12 @@ class JudgeStage:
         self.judge = judge
         self.mode = mode
         self.teacher = teacher
+        self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
+        self.length_bias: Any = None
+        if rewards is not None:
+            from pipeline.rewards.quality import LengthBias
+
+            self.length_bias = LengthBias(processor="rewards")
 
     async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
         try:
@@ -137,7 +148,12 @@ class JudgeStage:
         session_key = paired.turn.session_id.encode()
         metrics.IN_FLIGHT.inc()
         try:
-            sample = await score_pair(paired, self.judge, self.mode, self.teacher)
+            if self.rewards is not None:
+                from pipeline.rewards.stage import score_with_processor
+
+                sample = await score_with_processor(paired, self.rewards, self.judge.identity)
+            else:
+                sample = await score_pair(paired, self.judge, self.mode, self.teacher)
         except JudgeUnavailable as exc:
             metrics.RETRIES.inc()
             record = RetryRecord(
@@ -151,6 +167,8 @@ class JudgeStage:
         finally:
             metrics.IN_FLIGHT.dec()
         record_sample_metrics(sample)
+        if self.length_bias is not None and sample.next_state is not None:
+            self.length_bias.observe(sample.score, len(sample.response.content or ""))
         return [Out(self.scored_topic, session_key, encode(sample))]
 
 

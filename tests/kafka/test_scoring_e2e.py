@@ -438,3 +438,50 @@ def test_a_worker_joining_mid_run_loses_and_duplicates_nothing(
     duplicates = sum(n - 1 for n in counts.values())
     notes = [ln for log in logs for ln in log.splitlines() if "WARN" in ln or "handed-over" in ln]
     assert duplicates <= len(expected) // 20, "\n".join(notes[-40:])
+
+
+def test_a_worker_scores_with_reward_processors(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """TURNSTREAM_SCORING_REWARDS: the worker scores pairs with the configured processors
+    (here one rule-style processor, so the judge is never called)."""
+    admin.apply(settings)
+    config = tmp_path / "rewards.yaml"
+    config.write_text(
+        "processors:\n"
+        "  - classpath: examples.rewards.refusal:SafetyProcessor\n"
+        "    name: safety\n"
+        "    weight: 0.5\n"
+    )
+    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config)}
+    assert turnstream("produce", str(EXAMPLES), env=env).returncode == 0
+    judge = _healthy_sim(tmp_path)
+    worker = start_worker(env, judge, tmp_path / "w", tmp_path / "w.log")
+    expected = main_turn_ids()
+    try:
+        wait_for(settings, expected, 180, [worker])
+    finally:
+        stop([worker])
+    log = (tmp_path / "w.log").read_text()
+    assert f"rewards={config}" in log, log[-3000:]
+    samples = {
+        s.sample_id: s
+        for s in (
+            decode_as(Sample, r.value)
+            for r in read_all(settings, settings.topics.samples_scored.name)
+        )
+    }
+    assert set(samples) == expected
+    judged = [s for s in samples.values() if s.next_state is not None]
+    assert judged and all(s.loss_mask == 1 and s.judge_calls == 0 for s in judged)
+    assert all(s.score == 0.5 * s.reward_metrics["safety"] for s in judged)
+    assert all(
+        {"safety", "safety/toxicity", "safety/refusal"} <= set(s.reward_metrics) for s in judged
+    )
+    unjudged = [s for s in samples.values() if s.next_state is None]
+    assert all(s.exclude_reason == "no_next_state" and not s.reward_metrics for s in unjudged)
+    import json
+    import urllib.request
+
+    stats = json.loads(urllib.request.urlopen(judge + "/sim/stats", timeout=5).read())
+    assert stats["calls"] == 0  # the PRM judge is not in the rewards file

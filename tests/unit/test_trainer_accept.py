@@ -85,3 +85,11 @@ def test_ledger_is_bounded_and_the_log_follows_the_checkpoint(tmp_path: Path) ->
     log.write_text("1\ta\n1\tb\n2\tc\n3\td\n")  # step 3 was lost with the process
     reconcile_ledger_log(log, TrainerState(step=2, ledger=["a", "b", "c", "e"]))
     assert log.read_text() == "1\ta\n1\tb\n2\tc\n2\te\n"
+
+
+def test_a_zero_score_with_loss_mask_1_is_trained(tmp_path: Path) -> None:
+    # A reward processor's 0 is a SUCCESS signal: the trainer goes by the mask, not the score.
+    t = trainer(tmp_path)
+    zero = sample(1).model_copy(update={"score": 0.0, "reward_metrics": {"rule": 0.0}})
+    t._accept(rec(zero), out=None)
+    assert [p.sample.sample_id for p in t.pending] == ["s:1"] and not t.skipped

@@ -1,0 +1,150 @@
+"""Reward processors in the judging stage: FAILED to samples.retry, then dead letters; 0 trains."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.events import (
+    DeadLetter,
+    JudgeIdentity,
+    NextState,
+    Paired,
+    Response,
+    RetryRecord,
+    Sample,
+    Turn,
+    decode_as,
+    encode,
+)
+from pipeline.rewards import HybridReward, RewardInput, RewardOutput
+from pipeline.rewards.stage import judge_calls_of, score_with_processor
+from pipeline.scoring.app import load_rewards
+from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.retry import RetryReport, _route
+from pipeline.scoring.score import RulesJudge
+from pipeline.scoring.stages import JudgeStage
+from pipeline.settings import Settings
+
+IDENTITY = JudgeIdentity(backend="rules", prompt_version="v1")
+SETTINGS = Settings()
+
+
+def paired(next_state: bool = True, attempt: int = 1) -> Paired:
+    turn = Turn(
+        type="turn",
+        session_id="s1",
+        ts=1.0,
+        turn_index=3,
+        turn_type="main",
+        messages=[{"role": "user", "content": "list the files"}],
+        response=Response(content="a.txt b.txt"),
+    )
+    return Paired(
+        sample_id=turn.sample_id,
+        turn=turn,
+        next_state=NextState(role="user", content="thanks") if next_state else None,
+        first_judged=False,
+        paired_ts=1.0,
+        attempt=attempt,
+    )
+
+
+class Fixed:
+    """A processor with a fixed answer, counting its calls."""
+
+    def __init__(self, out: RewardOutput) -> None:
+        self.out, self.calls = out, 0
+
+    def setup(self) -> None: ...
+
+    async def process(self, input: RewardInput) -> RewardOutput:
+        self.calls += 1
+        return self.out
+
+
+def test_a_zero_reward_is_a_trained_sample_with_its_metrics() -> None:
+    proc = Fixed(RewardOutput.success(0.0, {"rule": 0.0, "model/judge_calls": 3.0}))
+    sample = asyncio.run(score_with_processor(paired(), proc, IDENTITY))
+    assert (sample.score, sample.loss_mask, sample.exclude_reason) == (0.0, 1, None)
+    assert sample.reward_metrics == {"rule": 0.0, "model/judge_calls": 3.0}
+    assert sample.judge_calls == 3 and sample.mode == "rl"
+    assert decode_as(Sample, encode(sample)) == sample  # the schema carries the metrics
+
+
+def test_failed_is_not_a_score() -> None:
+    proc = Fixed(RewardOutput.failed("judge timed out"))
+    with pytest.raises(JudgeUnavailable, match="judge timed out"):
+        asyncio.run(score_with_processor(paired(), proc, IDENTITY))
+
+
+def test_a_turn_without_next_state_is_excluded_without_asking() -> None:
+    proc = Fixed(RewardOutput.success(1.0))
+    sample = asyncio.run(score_with_processor(paired(next_state=False), proc, IDENTITY))
+    assert proc.calls == 0
+    assert (sample.loss_mask, sample.exclude_reason) == (0, "no_next_state")
+
+
+def test_judge_calls_are_summed_from_every_processor() -> None:
+    assert judge_calls_of({"judge_calls": 2.0, "a/model/judge_calls": 3.0, "calls": 9.0}) == 5
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes]] = []
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"") -> str:
+        self.records.append((topic, value))
+        return "future"
+
+
+def test_failed_goes_to_retry_and_is_dead_lettered_after_its_attempts() -> None:
+    topics = SETTINGS.topics
+    proc = Fixed(RewardOutput.failed("judge timed out"))
+    stage = JudgeStage(topics, RulesJudge(), "rl", rewards=proc)
+    report, pair, dead = RetryReport(), paired(), None
+    for attempt in range(1, 4):
+        outs = asyncio.run(stage.handle(encode(pair), b"s1", f"turns.paired/0/{attempt}"))
+        assert [o.topic for o in outs] == [topics.samples_retry.name]  # never samples.scored
+        retry = decode_as(RetryRecord, outs[0].value)
+        assert retry.attempts == attempt and "judge timed out" in retry.error
+        sent = Sent()
+        rec = SimpleNamespace(
+            value=outs[0].value, key=b"s1", topic=topics.samples_retry.name, partition=0, offset=0
+        )
+        _route(rec, sent, SETTINGS, 3, report)
+        topic, value = sent.records[0]
+        if topic == topics.turns_paired.name:  # requeued: judged again, attempt + 1
+            pair = decode_as(Paired, value)
+            assert pair.attempt == attempt + 1
+        else:
+            dead = decode_as(DeadLetter, value)
+    assert proc.calls == 3 and report.requeued == 2 and report.dead_lettered == 1
+    assert dead is not None and dead.stage == "retry" and "judge timed out" in dead.error
+
+
+def test_a_failed_rule_makes_no_judge_call_through_the_stage() -> None:
+    rule = Fixed(RewardOutput.success(0.0))
+    model = Fixed(RewardOutput.success(1.0, {"judge_calls": 3.0}))
+    hybrid = HybridReward(rule=rule, model=model, w_rule=0.2, w_model=0.8)
+    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl", rewards=hybrid)
+    outs = asyncio.run(stage.handle(encode(paired()), b"s1", "turns.paired/0/7"))
+    sample = decode_as(Sample, outs[0].value)
+    assert model.calls == 0 and rule.calls == 1
+    assert sample.score == 0.0 and sample.loss_mask == 1 and sample.judge_calls == 0
+
+
+def test_rewards_are_for_rl_mode_only(tmp_path: Path) -> None:
+    config = tmp_path / "rewards.yaml"
+    config.write_text("processors:\n  - classpath: examples.rewards.refusal:SafetyProcessor\n")
+    opd = SETTINGS.scoring.model_copy(update={"mode": "opd", "rewards": config})
+    with pytest.raises(ConfigError, match="rl mode only"):
+        load_rewards(SETTINGS.model_copy(update={"scoring": opd}))
+    rl = SETTINGS.scoring.model_copy(update={"rewards": config})
+    assert load_rewards(SETTINGS.model_copy(update={"scoring": rl})) is not None
+    assert load_rewards(SETTINGS) is None
