@@ -26,7 +26,7 @@ from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.guard import OffsetGuard, Record, kafka_guard
-from pipeline.scoring.handover import Handled, commit_handed_over
+from pipeline.scoring.handover import Handled, commit_handed_over, commit_idle
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
@@ -244,17 +244,23 @@ def build_app(
 
         @app.timer(interval=STRANDED_CHECK_S)
         async def unstrand() -> None:
-            # Records the stream dropped at the end of a partition (faust-streaming can
-            # drop records it had fetched when a rebalance lands) have no later record
-            # to reveal the gap: while nothing is in flight, seek back to them.
+            # While nothing is in flight: commit what was handled where Faust's commit
+            # is stuck in front of records the guard read back for it; and seek back to
+            # records the stream dropped at the end of a partition (faust-streaming can
+            # drop records it had fetched when a rebalance lands), which no later record
+            # reveals.
             consumer = app.consumer
             if app.rebalancing or consumer.unacked:
                 return
             sources = {topics.chat_turns.name, topics.turns_paired.name}
             highwaters = {}
+            assigned = set()
             for tp in consumer.assignment():
-                if tp.topic in sources and (end := consumer.highwater(tp)) is not None:
-                    highwaters[(tp.topic, tp.partition)] = end
+                if tp.topic in sources:
+                    assigned.add((tp.topic, tp.partition))
+                    if (end := consumer.highwater(tp)) is not None:
+                        highwaters[(tp.topic, tp.partition)] = end
+            await commit_idle(app, handled, assigned)
             for (topic, partition), offset in (
                 await guard.stranded(highwaters, STRANDED_CHECK_S)
             ).items():

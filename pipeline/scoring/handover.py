@@ -41,9 +41,57 @@ class Handled:
         """The positions of ``revoked`` partitions, forgotten here."""
         return {key: self._next.pop(key) for key in revoked if key in self._next}
 
+    def positions(self, keys: set[Key]) -> dict[Key, int]:
+        """The positions of ``keys`` (kept here)."""
+        return {key: self._next[key] for key in keys if key in self._next}
+
     def keep_only(self, assigned: set[Key]) -> None:
         """After an assignment: positions of partitions held elsewhere meanwhile are stale."""
         self._next = {key: o for key, o in self._next.items() if key in assigned}
+
+
+async def _drained(app: Any, timeout_s: float, what: str) -> bool:
+    """Whether the producer's buffer emptied within ``timeout_s`` (then flushed)."""
+    producer = app.producer
+    deadline = time.monotonic() + timeout_s
+    while producer.buffer.size and time.monotonic() < deadline:
+        await producer.flush()
+    if producer.buffer.size:
+        log.warning(
+            "not committing %s: %d record(s) still unsent after %.0fs",
+            what,
+            producer.buffer.size,
+            timeout_s,
+        )
+        return False
+    await producer.flush()
+    return True
+
+
+async def commit_idle(
+    app: Any, handled: Handled, assigned: set[Key], timeout_s: float = 30.0
+) -> dict[Key, int]:
+    """While nothing is in flight: commit handled positions that Faust's commit is behind.
+
+    Faust commits only offsets it delivered and saw acked; records the offset guard
+    read back for it never were, so its commit stops in front of them for good (the
+    group's lag never reaches 0, and a restart would judge everything since again).
+    """
+    from faust.types import TP
+
+    consumer = app.consumer
+    behind = {
+        key: position
+        for key, position in handled.positions(assigned).items()
+        if (consumer._committed_offset.get(TP(*key)) or 0) < position
+    }
+    if not behind or not await _drained(app, timeout_s, "positions of idle partitions"):
+        return {}
+    offsets = {TP(t, p): offset for (t, p), offset in behind.items()}
+    await consumer._commit(offsets)
+    consumer._committed_offset.update(offsets)
+    log.info("committed %d idle partition position(s) ahead of Faust's", len(behind))
+    return behind
 
 
 async def commit_handed_over(
@@ -60,21 +108,8 @@ async def commit_handed_over(
     from faust.types import TP
 
     positions = handled.take({(tp.topic, tp.partition) for tp in revoked})
-    if not positions:
+    if not positions or not await _drained(app, timeout_s, "handed-over positions"):
         return {}
-    producer = app.producer
-    deadline = time.monotonic() + timeout_s
-    while producer.buffer.size and time.monotonic() < deadline:
-        await producer.flush()
-    if producer.buffer.size:
-        log.warning(
-            "not committing %d handed-over position(s): %d record(s) still unsent after %.0fs",
-            len(positions),
-            producer.buffer.size,
-            timeout_s,
-        )
-        return {}
-    await producer.flush()
     await app.consumer._commit({TP(t, p): offset for (t, p), offset in positions.items()})
     log.info("committed %d handed-over partition position(s)", len(positions))
     return positions

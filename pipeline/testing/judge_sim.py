@@ -112,16 +112,17 @@ class JudgeSimulator:
     async def _serve(self) -> str | None:
         """Take a slot for one call; None means answer normally, else the fault to show."""
         cfg = self.config
+        fault = self.rng.random()
+        if fault < cfg.timeout_rate:  # never answers, and holds no slot (the client gave up)
+            self.stats.calls += 1
+            self.stats.timeouts += 1
+            await asyncio.sleep(3600)
         async with self.slots:
             self.stats.calls += 1
             self.stats.in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
             start = time.monotonic()
             try:
-                fault = self.rng.random()
-                if fault < cfg.timeout_rate:
-                    self.stats.timeouts += 1
-                    await asyncio.sleep(3600)
                 delay = self.latency_ms()
                 if delay > 0:
                     await asyncio.sleep(delay / 1000)

@@ -7,7 +7,7 @@ from typing import Any
 
 from faust.types import TP
 
-from pipeline.scoring.handover import Handled, commit_handed_over
+from pipeline.scoring.handover import Handled, commit_handed_over, commit_idle
 
 
 def test_the_position_is_after_the_highest_handled_offset_per_partition() -> None:
@@ -47,6 +47,7 @@ class _Producer:
 class _Consumer:
     def __init__(self) -> None:
         self.commits: list[dict[TP, int]] = []
+        self._committed_offset: dict[TP, int | None] = {}
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
         self.commits.append(dict(offsets))
@@ -85,3 +86,25 @@ def test_nothing_handled_commits_nothing() -> None:
     app = _App(_Producer(unsent=0, drains=True))
     assert _revoke(app, Handled()) == {}
     assert app.consumer.commits == [] and app.producer.flushes == 0
+
+
+def test_idle_positions_ahead_of_fausts_commit_are_committed_and_kept() -> None:
+    handled = Handled()
+    handled.done("t", 0, 86)  # read back by the guard: Faust's own commit stays at 43
+    handled.done("t", 1, 9)
+    app = _App(_Producer(unsent=1, drains=True))
+    app.consumer._committed_offset = {TP("t", 0): 43, TP("t", 1): 10}
+    assigned = {("t", 0), ("t", 1)}
+    assert asyncio.run(commit_idle(app, handled, assigned)) == {("t", 0): 87}
+    assert app.consumer.commits == [{TP("t", 0): 87}] and app.producer.buffer.size == 0
+    assert app.consumer._committed_offset[TP("t", 0)] == 87  # Faust will not go below it
+    assert asyncio.run(commit_idle(app, handled, assigned)) == {}  # nothing behind any more
+    assert handled.positions(assigned) == {("t", 0): 87, ("t", 1): 10}  # still tracked
+
+
+def test_idle_commit_waits_for_unsent_records() -> None:
+    handled = Handled()
+    handled.done("t", 0, 5)
+    app = _App(_Producer(unsent=2, drains=False))
+    assert asyncio.run(commit_idle(app, handled, {("t", 0)}, timeout_s=0.05)) == {}
+    assert app.consumer.commits == []
