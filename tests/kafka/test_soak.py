@@ -24,6 +24,7 @@ from pipeline.broker.local import free_port_pair
 from pipeline.events import RetryRecord, Sample, decode_as
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from pipeline.topics.offsets import end_offsets
 from tests.kafka.helpers import read_all, spawn, turnstream, wait_http
 from tests.kafka.test_scoring_e2e import start_worker, stop
 
@@ -90,8 +91,15 @@ def test_workers_killed_and_restarted_lose_nothing(
         rng = random.Random(5)
         kills, started = 0, time.monotonic()
         try:
+            scored_topic = settings.topics.samples_scored.name
             while kills < 5:
-                time.sleep(rng.uniform(4, 8))
+                # kill a worker that is busy: once the group scored 500 more since the
+                # last kill, at a random moment within the next few seconds
+                mark = end_offsets(settings, [scored_topic])[scored_topic]
+                while end_offsets(settings, [scored_topic])[scored_topic] < mark + 500:
+                    assert time.monotonic() - started < 900, "no progress between kills"
+                    time.sleep(0.5)
+                time.sleep(rng.uniform(0.5, 3))
                 victim = kills % 2
                 os.killpg(workers[victim].pid, signal.SIGKILL)
                 workers[victim].wait()
@@ -113,7 +121,7 @@ def test_workers_killed_and_restarted_lose_nothing(
         elapsed = time.monotonic() - started
         calls = json.loads(urllib.request.urlopen(url + "/sim/stats", timeout=10).read())["calls"]
     finally:
-        sim.terminate()
+        sim.kill()  # it holds timed-out calls open; no graceful stop
         sim.wait(timeout=10)
     duplicates = sum(n - 1 for n in scored.values())
     extra_calls = calls - 3 * judged
@@ -163,7 +171,7 @@ def test_judge_faults_never_become_scores(
             stop([worker])
         stats = json.loads(urllib.request.urlopen(url + "/sim/stats", timeout=10).read())
     finally:
-        sim.terminate()
+        sim.kill()  # it holds timed-out calls open; no graceful stop
         sim.wait(timeout=10)
     samples = [
         decode_as(Sample, r.value)
@@ -230,7 +238,7 @@ def test_a_slow_judge_grows_lag_not_memory(
         finally:
             stop([worker])
     finally:
-        sim.terminate()
+        sim.kill()  # it holds timed-out calls open; no graceful stop
         sim.wait(timeout=10)
     warm = [s for s in samples if s[0] >= 30]  # after start-up and the first fetches
     lags = [lag for _t, _m, lag in samples if lag is not None]
