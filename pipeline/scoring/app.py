@@ -179,6 +179,7 @@ def build_app(
             guard.reset({(tp.topic, tp.partition) for tp in assigned})
 
     handled = Handled()
+    busy = [0]  # events the agents are handling now (Faust keeps a stream's last one unacked)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
@@ -200,11 +201,15 @@ def build_app(
             await send(result.outs)
 
         async for event in stream.events():
-            for rec in await recovered(event.message):
-                await apply(rec.value, rec.key, rec.where)
-            await apply(event.value, event.key, _where(event.message))
-            m = event.message
-            handled.done(m.topic, m.partition, m.offset)
+            busy[0] += 1
+            try:
+                for rec in await recovered(event.message):
+                    await apply(rec.value, rec.key, rec.where)
+                await apply(event.value, event.key, _where(event.message))
+                m = event.message
+                handled.done(m.topic, m.partition, m.offset)
+            finally:
+                busy[0] -= 1
 
     @app.agent(paired, name="judge")
     async def judge_agent(stream: StreamT) -> None:
@@ -214,19 +219,24 @@ def build_app(
         async def emit_in_order() -> None:
             while True:
                 event, task = await window.get()
-                await send(await task)
-                if event is not None:  # None: a record the guard read back (no Faust ack)
-                    await manual.ack(event)
-                    m = event.message
-                    handled.done(m.topic, m.partition, m.offset)
+                try:
+                    await send(await task)
+                    if event is not None:  # None: a record the guard read back (no Faust ack)
+                        await manual.ack(event)
+                        m = event.message
+                        handled.done(m.topic, m.partition, m.offset)
+                finally:
+                    busy[0] -= 1
 
         async def admit(event: Any, raw: bytes | None, key: bytes | None, where: str) -> None:
+            busy[0] += 1  # until emit_in_order has sent it
             task = asyncio.ensure_future(judging.handle(raw, key, where))
             put = asyncio.ensure_future(window.put((event, task)))
             await asyncio.wait({put, emitter}, return_when=asyncio.FIRST_COMPLETED)
             if emitter.done():  # sending failed: stop here, unacked records are re-read
                 put.cancel()
                 task.cancel()
+                busy[0] -= 1
                 emitter.result()
 
         emitter = asyncio.ensure_future(emit_in_order())
@@ -239,6 +249,7 @@ def build_app(
             emitter.cancel()
             while not window.empty():
                 window.get_nowait()[1].cancel()
+                busy[0] -= 1
 
     if guard is not None:
 
@@ -250,7 +261,7 @@ def build_app(
             # drop records it had fetched when a rebalance lands), which no later record
             # reveals.
             consumer = app.consumer
-            if app.rebalancing or consumer.unacked:
+            if app.rebalancing or busy[0]:
                 return
             sources = {topics.chat_turns.name, topics.turns_paired.name}
             highwaters = {}
