@@ -12,8 +12,10 @@ outputs were handed to the producer. Faust drains the agents before it signals
 the revocation, so at that point every record seen is handled;
 ``commit_handed_over`` waits until the producer has sent everything (outputs
 and table changelog) and then commits those offsets for the revoked
-partitions. Committing only what was delivered keeps the guarantee
-at-least-once: a record is never committed before its outputs are on the log.
+partitions. ``commit_idle`` does the same for a worker with nothing in flight
+whose Faust commit is stuck in front of records the offset guard read back.
+Committing only what was delivered keeps the guarantee at-least-once: a record
+is never committed before its outputs are on the log.
 """
 
 from __future__ import annotations
