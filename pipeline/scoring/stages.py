@@ -135,10 +135,13 @@ class JudgeStage:
         self.teacher = teacher
         self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
         self.length_bias: Any = None
+        self._score_with_rewards: Any = None
         if rewards is not None:
             from pipeline.rewards.quality import LengthBias
+            from pipeline.rewards.stage import score_with_processor
 
             self.length_bias = LengthBias(processor="rewards")
+            self._score_with_rewards = score_with_processor
 
     async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
         try:
@@ -149,9 +152,7 @@ class JudgeStage:
         metrics.IN_FLIGHT.inc()
         try:
             if self.rewards is not None:
-                from pipeline.rewards.stage import score_with_processor
-
-                sample = await score_with_processor(paired, self.rewards, self.judge.identity)
+                sample = await self._score_with_rewards(paired, self.rewards, self.judge.identity)
             else:
                 sample = await score_pair(paired, self.judge, self.mode, self.teacher)
         except JudgeUnavailable as exc:
