@@ -21,7 +21,9 @@ SCHEMA_VERSION: Literal[1] = 1
 MAX_SESSION_ID_CHARS = 256
 
 ExcludeReason = Literal["no_next_state", "neutral_score", "no_hint"]
+MAX_GROUP_SIZE = 1024
 SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
+GroupId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
 Content = str | list[dict[str, Any]] | None
 
 
@@ -78,6 +80,17 @@ class Turn(_Event):
     response_ids: list[int] | None = None
     response_logprobs: list[float] | None = None
     policy_version: int | None = Field(None, ge=0)
+    group_id: GroupId | None = Field(
+        None,
+        description="turns sharing it are outputs for one prompt: a group reward scores them "
+        "together and the trainer can take advantages relative to the group",
+    )
+    group_size: int | None = Field(
+        None, ge=1, le=MAX_GROUP_SIZE, description="how many outputs the group will have"
+    )
+    ground_truth: Any = Field(
+        None, description="reference answer for reward processors; never shown to the judge"
+    )
 
     @model_validator(mode="after")
     def _logprobs_match_ids(self) -> Turn:
@@ -86,6 +99,8 @@ class Turn(_Event):
             raise ValueError(
                 f"response_logprobs has {len(lp)} entries but response_ids has {len(ids)}"
             )
+        if self.group_size is not None and self.group_id is None:
+            raise ValueError("group_size is set but group_id is not: name the group")
         return self
 
     @property
@@ -128,6 +143,11 @@ class Paired(_Strict):
     paired_ts: float
     attempt: int = Field(1, ge=1, description="1, or more when fed back from samples.retry")
 
+    @property
+    def route_key(self) -> bytes:
+        """Its Kafka key: the group's id (members meet on one partition), else the session's."""
+        return (self.turn.group_id or self.turn.session_id).encode()
+
 
 class JudgeIdentity(_Strict):
     backend: Literal["rules", "sglang", "openai"]
@@ -168,6 +188,22 @@ class Sample(_Strict):
         default_factory=dict,
         description="named metrics of the reward processors (TURNSTREAM_SCORING_REWARDS)",
     )
+    group_id: str | None = None
+    group_scores: list[float] | None = Field(
+        None,
+        description="scores of every member of its group as scored together, in member order "
+        "(the trainer's group-relative advantages come from these)",
+    )
+    group_index: int | None = Field(None, ge=0, description="its own place in group_scores")
+
+    @model_validator(mode="after")
+    def _group_consistent(self) -> Sample:
+        scores, index = self.group_scores, self.group_index
+        if (scores is None) != (index is None):
+            raise ValueError("group_scores and group_index go together")
+        if scores is not None and index is not None and index >= len(scores):
+            raise ValueError(f"group_index {index} is outside group_scores ({len(scores)})")
+        return self
 
 
 class RetryRecord(_Strict):

@@ -12,15 +12,18 @@ functions.
 
 from pipeline.rewards.combine import (
     ProcessorSpec,
+    RewardPlan,
     RewardsConfig,
     WeightedProcessor,
     WeightedReward,
     build_weighted,
+    load_plan,
     load_rewards_config,
     load_weighted,
 )
 from pipeline.rewards.decorators import aggregate_func, reward_func, sub_reward_func
 from pipeline.rewards.group import group_advantages, group_by, group_input, score_group
+from pipeline.rewards.grouping import GroupPlan, GroupScorer, GroupSpec
 from pipeline.rewards.hybrid import HybridReward
 from pipeline.rewards.loading import load_class, load_processor
 from pipeline.rewards.protocols import (
@@ -49,16 +52,20 @@ from pipeline.rewards.types import (
 
 __all__ = [
     "AgentOutput",
+    "GroupPlan",
     "GroupReward",
     "GroupRewardInput",
     "GroupRewardOutput",
     "GroupRewardProcessor",
+    "GroupScorer",
+    "GroupSpec",
     "HybridReward",
     "LengthBias",
     "ProcessorSpec",
     "Reward",
     "RewardInput",
     "RewardOutput",
+    "RewardPlan",
     "RewardProcessor",
     "RewardsConfig",
     "TaskStatus",
@@ -76,6 +83,7 @@ __all__ = [
     "judge_pairwise",
     "length_bias",
     "load_class",
+    "load_plan",
     "load_processor",
     "load_rewards_config",
     "load_weighted",

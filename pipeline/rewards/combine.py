@@ -11,6 +11,10 @@ processors:
       refusal: 0.3
   - classpath: pipeline.rewards.prm:PrmJudge
     weight: 0.6
+group:                            # optional: turns sharing a group_id, scored together
+  classpath: examples.rewards.group:DemoGroupRewardProcessor
+  size: 4                         # members to wait for when a turn has no group_size
+  timeout_s: 30                   # then score the members present
 ```
 
 The combined score is ``sum(weight * score)`` over the processors (weights
@@ -28,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import ConfigError, RewardError
+from pipeline.rewards.grouping import GroupPlan, GroupSpec
 from pipeline.rewards.loading import load_processor
 from pipeline.rewards.protocols import (
     close_processor,
@@ -63,7 +68,14 @@ class ProcessorSpec(BaseModel):
 class RewardsConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    processors: list[ProcessorSpec] = Field(min_length=1)
+    processors: list[ProcessorSpec] = Field(default_factory=list)
+    group: GroupSpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> RewardsConfig:
+        if not self.processors and self.group is None:
+            raise ValueError("name at least one reward: a list under processors, or a group")
+        return self
 
 
 @dataclass(frozen=True)
@@ -126,7 +138,52 @@ def build_weighted(config: RewardsConfig, source: str = "rewards") -> WeightedRe
 
 def load_weighted(path: Path) -> WeightedReward:
     """The weighted combination described by the rewards file at ``path``."""
-    return build_weighted(load_rewards_config(path), str(path))
+    config = load_rewards_config(path)
+    if not config.processors:
+        raise ConfigError(
+            f"{path}: processors: the file names only a group reward; "
+            "a group reward scores several outputs together (see `turnstream reward test --help`)"
+        )
+    return build_weighted(config, str(path))
+
+
+@dataclass
+class RewardPlan:
+    """What a rewards file configures: per-turn processors, a group reward, or both."""
+
+    processor: WeightedReward | None
+    group: GroupPlan | None
+
+    def setup(self) -> None:
+        if self.processor is not None:
+            self.processor.setup()
+        if self.group is not None:
+            setup_processor(self.group.processor)
+
+    async def close(self) -> None:
+        if self.processor is not None:
+            await self.processor.close()
+        if self.group is not None:
+            await close_processor(self.group.processor)
+
+
+def load_plan(path: Path) -> RewardPlan:
+    """Every reward of the file at ``path``, loaded (not set up)."""
+    config = load_rewards_config(path)
+    weighted = build_weighted(config, str(path)) if config.processors else None
+    group = None
+    if config.group is not None:
+        spec = config.group
+        try:
+            processor = load_processor(
+                spec.classpath, spec.options, where=f"{path}: group.classpath: "
+            )
+        except RewardError as exc:
+            raise ConfigError(str(exc)) from exc
+        group = GroupPlan(
+            processor, spec.name or processor_name(processor), spec.size, spec.timeout_s
+        )
+    return RewardPlan(weighted, group)
 
 
 def metric_weighted_score(name: str, out: RewardOutput, weights: dict[str, float]) -> float:

@@ -20,3 +20,13 @@ PAIRWISE = Counter(
     "pairwise judgements asked in both orders, by outcome ('inconsistent' = position bias)",
     ["outcome"],
 )
+GROUPS = Counter(
+    "turnstream_reward_groups_total",
+    "groups scored together, by outcome (complete, timed_out: scored with the members "
+    "present; failed: every member went to samples.retry)",
+    ["outcome"],
+)
+GROUP_MEMBERS_WAITING = Gauge(
+    "turnstream_reward_group_members_waiting",
+    "members held until their group is complete or times out",
+)

@@ -161,18 +161,22 @@ def response_text(input: RewardInput) -> str:
 
 
 def reward_input_from_paired(paired: Paired, ground_truth: Any = None) -> RewardInput:
-    """The reward input of a paired turn: its prompt and response, its next state, its ids."""
+    """The reward input of a paired turn: its prompt and response, its next state, its ids.
+
+    The ground truth is ``ground_truth`` if given, else the turn's own.
+    """
     turn = paired.turn
     messages = [m.model_dump(exclude_none=True) for m in turn.messages]
     return RewardInput(
         agent_output=AgentOutput(messages=[*messages, assistant_message(turn.response)]),
-        ground_truth=ground_truth,
+        ground_truth=turn.ground_truth if ground_truth is None else ground_truth,
         request_metadata={
             "sample_id": paired.sample_id,
             "session_id": turn.session_id,
             "turn_index": turn.turn_index,
             "policy_version": turn.policy_version,
             "attempt": paired.attempt,
+            "group_id": turn.group_id,
         },
         response=turn.response,
         next_state=paired.next_state,

@@ -116,12 +116,14 @@ def build_app(
     teacher: Teacher | None = None,
     guard: OffsetGuard | None = None,
     rewards: Any = None,
+    groups: Any = None,
 ) -> faust.App:
     """The Faust app of one scoring worker (agents, table, timer).
 
     ``sender`` replaces the Kafka sends (tests observe the agents' output with it);
     ``guard`` reads back records the Faust stream skipped (see pipeline.scoring.guard);
-    ``rewards`` (a set-up reward processor) scores pairs in place of the judge.
+    ``rewards`` (a set-up reward processor) scores pairs in place of the judge;
+    ``groups`` (a pipeline.rewards.GroupScorer) scores grouped turns together.
     """
     s, topics = settings.scoring, settings.topics
     app = faust.App(
@@ -159,7 +161,7 @@ def build_app(
     }
     sessions = app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
     pairing = PairingStage(topics, s.idle_timeout_s)
-    judging = JudgeStage(topics, judge, s.mode, teacher, rewards=rewards)
+    judging = JudgeStage(topics, judge, s.mode, teacher, rewards=rewards, groups=groups)
 
     async def send_to_kafka(outs: list[Out]) -> None:
         for out in outs:
@@ -322,7 +324,7 @@ def _where(message: Any) -> str:
 
 
 def load_rewards(settings: Settings) -> Any:
-    """The reward processors of ``TURNSTREAM_SCORING_REWARDS``, set up; None when unset."""
+    """The rewards of ``TURNSTREAM_SCORING_REWARDS`` (a RewardPlan), set up; None when unset."""
     path = settings.scoring.rewards
     if path is None:
         return None
@@ -331,13 +333,19 @@ def load_rewards(settings: Settings) -> Any:
             f"TURNSTREAM_SCORING_REWARDS={path}: reward processors score in rl mode only "
             f"(TURNSTREAM_SCORING_MODE is {settings.scoring.mode})"
         )
-    from pipeline.rewards.combine import load_weighted
-    from pipeline.rewards.protocols import setup_processor
+    from pipeline.rewards.combine import load_plan
 
-    processor = load_weighted(path)
-    setup_processor(processor)
-    log.info("scoring with the reward processors of %s", path)
-    return processor
+    plan = load_plan(path)
+    group = plan.group
+    if group is not None and group.size is not None and group.size > settings.scoring.window:
+        raise ConfigError(
+            f"{path}: group.size {group.size} is larger than TURNSTREAM_SCORING_WINDOW "
+            f"({settings.scoring.window}): a group's members wait in the judging window, "
+            "so it must hold a whole group; raise the window or lower the size"
+        )
+    plan.setup()
+    log.info("scoring with the rewards of %s", path)
+    return plan
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
@@ -363,9 +371,14 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
     judge, teacher = build_judge(settings)
     group = settings.topic_prefix + settings.scoring.group_id
-    rewards = load_rewards(settings)
+    plan = load_rewards(settings)
     app = build_app(
-        settings, judge, teacher=teacher, guard=kafka_guard(settings, group), rewards=rewards
+        settings,
+        judge,
+        teacher=teacher,
+        guard=kafka_guard(settings, group),
+        rewards=plan.processor if plan else None,
+        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
     )
     client = getattr(judge, "client", None)
 
@@ -373,10 +386,8 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     async def close_judge_client(app: faust.App, **_kw: Any) -> None:
         if client is not None:
             await client.close()
-        if rewards is not None:
-            from pipeline.rewards.protocols import close_processor
-
-            await close_processor(rewards)
+        if plan is not None:
+            await plan.close()
 
     metrics.serve(settings.scoring.web_port, settings.scoring.web_host)
     log.info("judge: %s", judge.identity.model_dump())

@@ -75,7 +75,7 @@ def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: Re
         if record.attempts < max_attempts:
             paired = record.paired.model_copy(update={"attempt": record.attempts + 1})
             report.requeued += 1
-            return out.send(topics.turns_paired.name, key=rec.key, value=encode(paired))
+            return out.send(topics.turns_paired.name, key=paired.route_key, value=encode(paired))
         reason = (
             f"judge or reward still failing after {record.attempts} attempts "
             f"(max {max_attempts}): {record.error}"

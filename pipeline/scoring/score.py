@@ -174,6 +174,7 @@ def build_sample(
         teacher_logprobs=teacher.logprobs if teacher else None,
         teacher_top_logprobs=teacher.top_logprobs if teacher else None,
         policy_version=turn.policy_version,
+        group_id=turn.group_id,
         judge=identity,
         timings=timings,
     )

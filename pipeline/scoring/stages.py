@@ -69,6 +69,8 @@ class PairingStage:
 
     def __init__(self, topics: Topics, idle_timeout_s: float) -> None:
         self.paired_topic = topics.turns_paired.name
+        # a turn and its next state can each be near chat.turns' limit: room for the batch
+        self.max_pair_bytes = topics.turns_paired.max_message_bytes - 1024
         self.dead = DeadLetters(topics)
         self.idle_timeout_s = idle_timeout_s
 
@@ -107,7 +109,15 @@ class PairingStage:
         outs = []
         for pair in step.pairs:
             metrics.PAIRED.labels(str(pair.next_state is not None).lower()).inc()
-            outs.append(Out(self.paired_topic, event.session_id.encode(), encode(pair)))
+            value = encode(pair)
+            if len(value) > self.max_pair_bytes:  # the broker would refuse it: keep it here
+                error = (
+                    f"the pair of {pair.sample_id} is {len(value):,} bytes, above "
+                    f"{self.paired_topic} max.message.bytes less 1 KiB ({self.max_pair_bytes:,})"
+                )
+                outs.append(self.dead("pair", error, source, value))
+                continue
+            outs.append(Out(self.paired_topic, pair.route_key, value))
         state = step.state.to_dict() if step.state else None
         return PairResult(event.session_id, state, step.state is None, outs, step.outcome)
 
@@ -126,6 +136,7 @@ class JudgeStage:
         mode: Mode,
         teacher: Teacher | None = None,
         rewards: Any = None,
+        groups: Any = None,
     ) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
@@ -134,9 +145,10 @@ class JudgeStage:
         self.mode = mode
         self.teacher = teacher
         self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
+        self.groups = groups  # a GroupScorer: grouped turns are scored together
         self.length_bias: Any = None
         self._score_with_rewards: Any = None
-        if rewards is not None:
+        if rewards is not None or groups is not None:
             from pipeline.rewards.quality import LengthBias
             from pipeline.rewards.stage import score_with_processor
 
@@ -151,7 +163,9 @@ class JudgeStage:
         session_key = paired.turn.session_id.encode()
         metrics.IN_FLIGHT.inc()
         try:
-            if self.rewards is not None:
+            if self.groups is not None and (paired.turn.group_id or self.rewards is None):
+                sample = await self.groups.score(paired)
+            elif self.rewards is not None:
                 sample = await self._score_with_rewards(paired, self.rewards, self.judge.identity)
             else:
                 sample = await score_pair(paired, self.judge, self.mode, self.teacher)
@@ -160,7 +174,7 @@ class JudgeStage:
             record = RetryRecord(
                 paired=paired, error=str(exc), attempts=paired.attempt, failed_ts=time.time()
             )
-            return [Out(self.retry_topic, session_key, encode(record))]
+            return [Out(self.retry_topic, paired.route_key, encode(record))]
         except Exception as exc:  # a bug must not lose the record: keep it, with the trace
             log.exception("scoring %s failed", paired.sample_id)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -39,10 +39,27 @@ def _fit(values: list[float] | None, length: int) -> list[float] | None:
     return list(values[:length]) + [0.0] * max(0, length - len(values))
 
 
-def tokenize_sample(sample: Sample, tokenizer: Any, max_seq_len: int) -> TokenizedSample:
+def sample_reward(sample: Sample, group_advantage: str = "none") -> float:
+    """The reward a sample trains with: its score, or its advantage within its group.
+
+    With a ``group_advantage`` method, a sample scored with its group
+    (``group_scores``) gets ``group_advantages(group_scores, method)`` at its
+    ``group_index``; a sample without a group keeps its score.
+    """
+    if group_advantage == "none" or sample.group_scores is None or sample.group_index is None:
+        return sample.score
+    from pipeline.rewards.group import group_advantages
+
+    return group_advantages(sample.group_scores, group_advantage)[sample.group_index]  # type: ignore[arg-type]
+
+
+def tokenize_sample(
+    sample: Sample, tokenizer: Any, max_seq_len: int, group_advantage: str = "none"
+) -> TokenizedSample:
     """Token ids of a sample: its own when it carries them, else the policy's chat template.
 
     Prompts longer than ``max_seq_len`` minus the response lose tokens on the left.
+    The reward is :func:`sample_reward`.
     """
     messages = [m.model_dump(exclude_none=True) for m in sample.messages]
     prompt_text: str | None = None
@@ -62,7 +79,7 @@ def tokenize_sample(sample: Sample, tokenizer: Any, max_seq_len: int) -> Tokeniz
         sample.sample_id,
         prompt_ids,
         response_ids,
-        sample.score,
+        sample_reward(sample, group_advantage),
         _fit(sample.response_logprobs, n),
         _fit(sample.teacher_logprobs, n),
         sample.policy_version,

@@ -58,6 +58,11 @@ class TrainerConfig:
     eps_clip_high: float = opt(0.28, "PPO clip above 1")
     w_opd: float = opt(1.0, "combine: weight of teacher - old")
     w_rl: float = opt(1.0, "combine: weight of the reward")
+    group_advantage: Literal["none", "mean", "mean_std", "leave_one_out"] = opt(
+        "none",
+        "grouped samples (group_scores): rl reward relative to their group, as r - mean, "
+        "(r - mean) / std (GRPO) or r - mean of the others (RLOO); none = the raw score",
+    )
     kl_coef: float = opt(0.0, "KL-to-reference coefficient (0 = no reference model)")
     kl_kind: Literal["k1", "k3"] = opt("k3", "KL estimator")
     entropy_coef: float = opt(0.0, "entropy bonus coefficient")

@@ -204,7 +204,9 @@ class Trainer:
         ):
             self.skipped["stale"] += 1
         else:
-            tok = tokenize_sample(sample, self.tokenizer, self.config.max_seq_len)
+            tok = tokenize_sample(
+                sample, self.tokenizer, self.config.max_seq_len, self.config.group_advantage
+            )
             self.pending.append(Pending(tok, rec.partition, rec.offset))
             self.pending_ids.add(sample.sample_id)
 

@@ -485,3 +485,114 @@ def test_a_worker_scores_with_reward_processors(
 
     stats = json.loads(urllib.request.urlopen(judge + "/sim/stats", timeout=5).read())
     assert stats["calls"] == 0  # the PRM judge is not in the rewards file
+
+
+def _group_sessions(path: Path) -> dict[str, list[str]]:
+    """Four full groups of four outputs and one group that never completes (2 of 3).
+
+    Each output is its own session (so members start on different partitions).
+    Returns group_id -> member sample_ids.
+    """
+    import json
+
+    groups: dict[str, list[str]] = {}
+    lines = []
+    specs = [(f"g{g}", 4, 4) for g in range(4)] + [("g-late", 3, 2)]
+    for group, size, present in specs:
+        for m in range(present):
+            session = f"{group}-m{m}"
+            answer = "the answer is 42" if (m + len(group)) % 3 else "I am not sure"
+            turn = {
+                "type": "turn",
+                "session_id": session,
+                "ts": 1.0,
+                "turn_index": 0,
+                "turn_type": "main",
+                "messages": [{"role": "user", "content": "What is six times seven?"}],
+                "response": {"content": answer},
+                "group_id": group,
+                "group_size": size,
+                "ground_truth": "42",
+            }
+            follow = {
+                "type": "message",
+                "session_id": session,
+                "ts": 2.0,
+                "message": {"role": "user", "content": "thanks"},
+            }
+            lines += [json.dumps(turn), json.dumps(follow)]
+            groups.setdefault(group, []).append(f"{session}:0")
+    path.write_text("\n".join(lines) + "\n")
+    return groups
+
+
+def test_grouped_turns_are_scored_together_and_trained_relative_to_their_group(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Members of a group (one session each, spread over partitions) meet on one worker,
+    are scored by the group reward once, and the trainer's advantages (mean_std) are
+    centred within each group: over whole groups the batch's mean reward is 0."""
+    import json
+
+    import yaml
+
+    admin.apply(settings)
+    groups = _group_sessions(tmp_path / "groups.jsonl")
+    config = tmp_path / "rewards.yaml"
+    config.write_text(
+        "group:\n"
+        "  classpath: examples.rewards.group:DemoGroupRewardProcessor\n"
+        "  name: demo\n"
+        "  timeout_s: 3\n"
+    )
+    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config)}
+    assert turnstream("produce", str(tmp_path / "groups.jsonl"), env=env).returncode == 0
+    judge = _healthy_sim(tmp_path)
+    worker = start_worker(env, judge, tmp_path / "w", tmp_path / "w.log")
+    expected = {sid for members in groups.values() for sid in members}
+    try:
+        wait_for(settings, expected, 180, [worker])
+    finally:
+        stop([worker])
+    records = read_all(settings, settings.topics.samples_scored.name)
+    samples = {s.sample_id: s for s in (decode_as(Sample, r.value) for r in records)}
+    assert set(samples) == expected
+    for group, members in groups.items():
+        got = [samples[sid] for sid in members]
+        scores = got[0].group_scores
+        assert scores is not None and all(s.group_scores == scores for s in got), group
+        assert sorted(s.group_index for s in got) == list(range(len(members)))
+        for s in got:  # the seed's rule: ground truth in a message 1.0, else 0.5
+            assert s.score == (1.0 if "42" in (s.response.content or "") else 0.5)
+            assert scores[s.group_index or 0] == s.score and s.loss_mask == 1
+            assert s.group_id == group and s.judge_calls == 0
+            complete = 1.0 if group != "g-late" else 0.0
+            assert s.reward_metrics["demo/complete"] == complete
+            assert s.reward_metrics["demo/members"] == len(members)
+    stats = json.loads(urllib_get(judge + "/sim/stats"))
+    assert stats["calls"] == 0  # no PRM in the rewards file
+
+    raw_mean = sum(s.score for s in samples.values()) / len(samples)
+    from tests.kafka.test_trainer import write_config
+
+    config_path = write_config(tmp_path, policy_url=None)
+    trainer_config = yaml.safe_load(config_path.read_text())
+    trainer_config.update(group_advantage="mean_std", rollout_batch_size=len(samples))
+    config_path.write_text(yaml.safe_dump(trainer_config))
+    trained = turnstream(
+        "train", "--config", str(config_path), "--until-end", env=cli_env, timeout=600
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    steps = [
+        json.loads(line)
+        for line in (tmp_path / "trainer" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert len(steps) == 1 and raw_mean > 0.5
+    assert abs(steps[0]["reward_mean"]) < 1e-5, steps[0]  # centred in each group
+
+
+def urllib_get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return bytes(resp.read())

@@ -117,8 +117,8 @@ async def test_the_shipped_rewards_file_loads_and_scores(monkeypatch: pytest.Mon
     ("text", "message"),
     [
         ("processors: [", "rewards.yaml: not valid YAML"),
-        ("", "rewards.yaml: processors: required key is missing"),
-        ("processors: []", "rewards.yaml: processors: List should have at least 1 item"),
+        ("", "rewards.yaml: (top level): name at least one reward: a list under processors"),
+        ("processors: []", "rewards.yaml: (top level): name at least one reward"),
         ("processors:\n  - weight: 1.0\n", "rewards.yaml: processors[0].classpath: required key"),
         (
             "processors:\n  - classpath: examples.rewards.demo:DemoRewardProcessor\n"
