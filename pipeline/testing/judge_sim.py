@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import hashlib
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 from aiohttp import web
 
 HINT_MARKER = "[HINT_START]"
+_FIRST = re.compile(r"First output:\n<response_a>\n(.*?)\n</response_a>", re.DOTALL)
+_SECOND = re.compile(r"Second output:\n<response_b>\n(.*?)\n</response_b>", re.DOTALL)
 
 
 @dataclass
@@ -37,6 +40,7 @@ class SimConfig:
     error_rate: float = 0.0  # answered with HTTP 503
     timeout_rate: float = 0.0  # never answered in time
     malformed_rate: float = 0.0  # answered without a valid \boxed{}
+    position_bias: float = 0.0  # pairwise prompts: answer "A" (the first shown) regardless
     seed: int = 0
 
 
@@ -84,12 +88,32 @@ class JudgeSimulator:
                 return label
         return next(iter(self.config.vote_dist))
 
+    def quality(self, text: str) -> float:
+        """The hidden quality of one output (stable per text and seed)."""
+        digest = hashlib.sha256(f"{self.config.seed}:quality:{text}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def preference_text(self, prompt: str) -> str:
+        """A pairwise answer: the output of higher hidden quality, whichever came first."""
+        cfg = self.config
+        first, second = (m.group(1) for m in (_FIRST.search(prompt), _SECOND.search(prompt)) if m)
+        if self.rng.random() < cfg.position_bias:
+            return "The first output reads better.\n\\boxed{A}"
+        qa, qb = self.quality(first), self.quality(second)
+        truth = "tie" if first == second else ("A" if qa > qb else "B")
+        if self.rng.random() >= cfg.agreement:
+            truth = self.rng.choice([v for v in ("A", "B", "tie") if v != truth])
+        return f"Comparing both outputs on the conversation.\n\\boxed{{{truth}}}"
+
     def vote_text(self, prompt: str) -> str:
-        """One judge output for ``prompt`` (hint prompts get the hint format)."""
+        """One judge output for ``prompt`` (hint prompts get the hint format, pairwise
+        prompts an A/B/tie preference)."""
         cfg = self.config
         if self.rng.random() < cfg.malformed_rate:
             self.stats.malformed += 1
             return "I cannot decide. Final score: \\boxed{maybe}"
+        if _FIRST.search(prompt) and _SECOND.search(prompt):
+            return self.preference_text(prompt)
         hinting = HINT_MARKER in prompt
         labels = [1, -1] if hinting else [-1, 0, 1]
         truth = self.true_label(prompt)
@@ -243,6 +267,9 @@ def main() -> None:
     parser.add_argument("--error-rate", type=float, default=0.0)
     parser.add_argument("--timeout-rate", type=float, default=0.0)
     parser.add_argument("--malformed-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--position-bias", type=float, default=0.0, help="pairwise: answer A this often"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     config = SimConfig(
@@ -255,6 +282,7 @@ def main() -> None:
         error_rate=args.error_rate,
         timeout_rate=args.timeout_rate,
         malformed_rate=args.malformed_rate,
+        position_bias=args.position_bias,
         seed=args.seed,
     )
 

@@ -34,3 +34,15 @@ def parse_hint(text: str) -> str | None:
         return None
     hint = blocks[-1].strip()
     return hint or None
+
+
+_PREFERENCES = {"a": "first", "b": "second", "tie": "tie"}
+
+
+def parse_preference(text: str) -> str | None:
+    """A pairwise verdict from the last ``\\boxed{...}``: A -> ``first``, B -> ``second``,
+    tie -> ``tie`` (any case, spaces ignored); anything else, or no box, is None."""
+    boxes = _BOX.findall(text)
+    if not boxes:
+        return None
+    return _PREFERENCES.get(boxes[-1].strip().lower())
