@@ -19,7 +19,7 @@ from rich.text import Text
 
 from pipeline.errors import ConfigError, RewardError
 from pipeline.rewards import agreement as gold
-from pipeline.rewards.combine import load_weighted
+from pipeline.rewards.combine import load_plan, load_weighted
 from pipeline.rewards.loading import CLASSPATH_FORMS, load_processor
 from pipeline.rewards.protocols import (
     close_processor,
@@ -36,7 +36,7 @@ stderr = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_JUDGE = "pipeline.rewards.prm:PrmJudge"
 PROCESSOR_HELP = f"the processor class: {CLASSPATH_FORMS}"
-CONFIG_HELP = "a rewards YAML (weighted processors) instead of --processor"
+CONFIG_HELP = "a rewards YAML instead of --processor (its processors; its group: for a group input)"
 OPTIONS_HELP = "constructor keywords as a JSON object, e.g. '{\"max_chars\": 2000}'"
 
 
@@ -45,15 +45,27 @@ def _exit(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _build(processor: str | None, config: Path | None, options: str | None) -> Any:
-    """The processor named on the command line, set up; bad names and options exit 2."""
+def _build(
+    processor: str | None, config: Path | None, options: str | None, group: bool = False
+) -> Any:
+    """The processor named on the command line, set up; bad names and options exit 2.
+
+    With ``--config``, a group input (``group``) runs the file's ``group:`` entry
+    and any other input its weighted ``processors``.
+    """
     if (processor is None) == (config is None):
         _exit(2, "give exactly one of --processor module:Class or --config rewards.yaml")
     try:
         if config is not None:
             if options:
                 _exit(2, "--options goes with --processor; a rewards file has its own options")
-            built = load_weighted(config)
+            if group:
+                plan = load_plan(config)
+                if plan.group is None:
+                    _exit(2, f"{config}: the input is a group input but the file has no group:")
+                built = plan.group.processor
+            else:
+                built = load_weighted(config)
         else:
             kwargs = orjson.loads(options) if options else {}
             if not isinstance(kwargs, dict):
@@ -120,7 +132,7 @@ def reward_test(
     class path, the options or the input file cannot be used.
     """
     data = _read_input(input)
-    built = _build(processor, config, options)
+    built = _build(processor, config, options, group=isinstance(data, GroupRewardInput))
     name = processor_name(built)
     try:
         out = asyncio.run(_run_once(built, data))

@@ -98,6 +98,15 @@ def test_reward_test_runs_a_group_processor_on_a_group_input() -> None:
     assert [r["reward_score"] for r in json.loads(result.stdout)["reward"]["rewards"]] == [0.5]
 
 
+def test_reward_test_with_a_rewards_file_runs_its_group_entry_on_a_group_input() -> None:
+    args = ["reward", "test", "--input", str(EXAMPLES / "group_reward_input.json"), "--config"]
+    result = runner.invoke(app, [*args, str(EXAMPLES / "rewards-group.yaml")])
+    assert result.exit_code == 0, result.output
+    assert [r["reward_score"] for r in json.loads(result.stdout)["reward"]["rewards"]] == [0.5]
+    result = runner.invoke(app, [*args, str(EXAMPLES / "rewards.yaml")])
+    assert result.exit_code == 2 and "the file has no group:" in result.output
+
+
 def test_reward_test_with_a_rewards_file_and_options(tmp_path: Path) -> None:
     turn_input = str(EXAMPLES / "reward_turn_input.json")
     result = runner.invoke(
