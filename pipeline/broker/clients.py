@@ -5,10 +5,74 @@ from __future__ import annotations
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailedError
+from kafka.net.compat import KafkaNetClient
+from kafka.net.manager import KafkaConnectionManager
+from kafka.net.selector import NetworkSelector
 
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
+
+
+class _AuthFailsFastManager(KafkaConnectionManager):
+    """Makes a refused SASL login the node's sticky auth failure, as kafka-python intends.
+
+    kafka-python 3.0 caches such a failure to raise it on the next connection
+    attempt, but its connect path never sees it (the error only reaches the
+    connection's init future), and when the broker's close arrives with its
+    error response the response is dropped ("socket disconnected"). Either way
+    a wrong password was retried until the bootstrap timed out, one failed login
+    a backoff. Here a refused login, or a second login in a row the broker hangs
+    up on, is recorded, and the next attempt raises it.
+    """
+
+    LOGIN_HANGUPS = 2
+
+    def __init__(self, net: Any, **configs: Any) -> None:
+        super().__init__(net, **configs)
+        self._login_hangups: dict[Any, int] = {}
+
+    async def _connect(self, node: Any, conn: Any, *args: Any, **kwargs: Any) -> None:
+        failures: list[KafkaError] = []
+        login = conn._sasl_authenticate
+
+        async def noted_login(*a: Any, **kw: Any) -> Any:
+            try:
+                return await login(*a, **kw)
+            except (SaslAuthenticationFailedError, KafkaConnectionError) as exc:
+                failures.append(exc)
+                raise
+
+        conn._sasl_authenticate = noted_login
+        await super()._connect(node, conn, *args, **kwargs)
+        hangups = self._login_hangups
+        if not failures:
+            hangups.pop(node.node_id, None)
+        elif isinstance(failures[0], SaslAuthenticationFailedError):
+            self._auth_failures[node.node_id] = failures[0]
+        else:
+            hangups[node.node_id] = hangups.get(node.node_id, 0) + 1
+            if hangups[node.node_id] >= self.LOGIN_HANGUPS:
+                self._auth_failures[node.node_id] = SaslAuthenticationFailedError(
+                    f"the broker closed the connection during the SASL login "
+                    f"{hangups[node.node_id]} times in a row ({failures[0]})"
+                )
+
+
+class _Masked(str):
+    """A password that is a str to kafka-python but masked in a repr: kafka-python logs
+    its whole config dict at debug level ("Starting KafkaAdminClient with configuration")."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'**********'"
+
+
+def _net_client(**configs: Any) -> KafkaNetClient:
+    """The ``kafka_client`` factory of every kafka-python client we build."""
+    net = NetworkSelector(**configs)
+    return KafkaNetClient(net=net, manager=_AuthFailsFastManager(net, **configs), **configs)
 
 
 def kafka_python_config(settings: Settings) -> dict[str, Any]:
@@ -18,12 +82,13 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         "bootstrap_servers": settings.bootstrap_servers.split(","),
         "client_id": settings.client_id,
         "security_protocol": k.security_protocol,
+        "kafka_client": _net_client,
     }
     if k.sasl_mechanism:
         config["sasl_mechanism"] = k.sasl_mechanism
         config["sasl_plain_username"] = k.sasl_username
         config["sasl_plain_password"] = (
-            k.sasl_password.get_secret_value() if k.sasl_password else None
+            _Masked(k.sasl_password.get_secret_value()) if k.sasl_password else None
         )
     if k.security_protocol in ("SSL", "SASL_SSL"):
         config["ssl_cafile"] = str(k.ssl_cafile) if k.ssl_cafile else None
@@ -31,6 +96,17 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         config["ssl_keyfile"] = str(k.ssl_keyfile) if k.ssl_keyfile else None
         config["ssl_check_hostname"] = k.ssl_check_hostname
     return config
+
+
+def authentication_failed(settings: Settings, exc: BaseException) -> BrokerError:
+    """The error for a refused SASL login: where, as whom, and which settings to check."""
+    k = settings.kafka
+    return BrokerError(
+        f"Kafka at {settings.bootstrap_servers} refused the SASL login of user "
+        f"{k.sasl_username!r} ({k.sasl_mechanism} over {k.security_protocol}): authentication "
+        f"failed ({exc}). Check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and "
+        "KAFKA_SASL_MECHANISM against the broker's SCRAM credentials."
+    )
 
 
 def _where(settings: Settings) -> str:
@@ -49,8 +125,15 @@ def admin_client(settings: Settings, timeout_ms: int = 15000) -> KafkaAdminClien
             request_timeout_ms=timeout_ms,
             bootstrap_timeout_ms=timeout_ms,
         )
+    except SaslAuthenticationFailedError as exc:
+        raise authentication_failed(settings, exc) from exc
     except KafkaError as exc:
         raise BrokerError(f"{_where(settings)} ({exc!r})") from exc
+
+
+def check_access(settings: Settings) -> None:
+    """Connect and log in once, so a wrong address or password fails before a slow start-up."""
+    admin_client(settings).close()
 
 
 def producer(settings: Settings, max_request_size: int, **overrides: Any) -> KafkaProducer:
@@ -70,6 +153,8 @@ def producer(settings: Settings, max_request_size: int, **overrides: Any) -> Kaf
     }
     try:
         return KafkaProducer(**options)
+    except SaslAuthenticationFailedError as exc:
+        raise authentication_failed(settings, exc) from exc
     except KafkaError as exc:
         raise BrokerError(f"{_where(settings)} ({exc!r})") from exc
 

@@ -3,7 +3,8 @@
 ``deploy/local/kafka/pom.xml`` names the broker and its log4j2 binding; Maven
 copies them into a cache directory and the machine's Java runs
 ``kafka.tools.StorageTool format --standalone`` once, then ``kafka.Kafka``.
-Nothing of Kafka is vendored into the repository.
+Nothing of Kafka is vendored into the repository. By default the client
+listener is PLAINTEXT; tests of security give it a ``SaslSslListener``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import BrokerError
 from pipeline.settings import LocalKafkaSettings
@@ -40,6 +42,33 @@ logger.state.level = WARN
 
 
 @dataclass(frozen=True)
+class SaslSslListener:
+    """A client listener with TLS and SCRAM-SHA-512 in place of PLAINTEXT.
+
+    The one SCRAM user is created when the storage is formatted; the broker also
+    authenticates to itself with it (inter-broker traffic uses the same listener),
+    so no plaintext listener is left for clients. The controller listener stays
+    PLAINTEXT on loopback.
+    """
+
+    keystore: Path  # PKCS12 with the broker's key and certificate (SAN covering the host)
+    keystore_password: str
+    cafile: Path  # PEM of the CA that signed it: the broker and its clients trust it
+    username: str
+    password: str
+
+    def client_config(self) -> dict[str, Any]:
+        """kafka-python options for a client of this listener."""
+        return {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": self.username,
+            "sasl_plain_password": self.password,
+            "ssl_cafile": str(self.cafile),
+        }
+
+
+@dataclass(frozen=True)
 class BrokerStatus:
     running: bool
     pid: int | None
@@ -50,9 +79,15 @@ class BrokerStatus:
 class LocalKafka:
     """Start, stop and inspect the one local broker this project owns."""
 
-    def __init__(self, settings: LocalKafkaSettings, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        settings: LocalKafkaSettings,
+        log: Callable[[str], None] = print,
+        sasl_ssl: SaslSslListener | None = None,
+    ) -> None:
         self.settings = settings
         self.log = log
+        self.sasl_ssl = sasl_ssl
         self.data_dir = settings.data_dir.resolve()
         self.storage = self.data_dir / "data"
         self.logs = self.data_dir / "logs"
@@ -94,6 +129,33 @@ class LocalKafka:
         marker.write_text(pom.read_text())
         return self.jars
 
+    def _listener_lines(self) -> list[str]:
+        s = self.settings
+        client = "SASL_SSL" if self.sasl_ssl else "PLAINTEXT"
+        lines = [
+            f"listeners={client}://{s.host}:{s.port},CONTROLLER://{s.host}:{s.controller}",
+            f"advertised.listeners={client}://{s.host}:{s.port}",
+            "controller.listener.names=CONTROLLER",
+            f"inter.broker.listener.name={client}",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{client}:{client}",
+        ]
+        if self.sasl_ssl:
+            t = self.sasl_ssl
+            lines += [
+                "sasl.enabled.mechanisms=SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{t.username}" password="{t.password}";',
+                "ssl.keystore.type=PKCS12",
+                f"ssl.keystore.location={t.keystore.resolve()}",
+                f"ssl.keystore.password={t.keystore_password}",
+                "ssl.truststore.type=PEM",  # the broker is its own inter-broker client
+                f"ssl.truststore.location={t.cafile.resolve()}",
+                "ssl.client.auth=none",
+            ]
+        return lines
+
     def _write_configs(self) -> None:
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -104,11 +166,7 @@ class LocalKafka:
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.bootstrap.servers={s.host}:{s.controller}",
-                    f"listeners=PLAINTEXT://{s.host}:{s.port},CONTROLLER://{s.host}:{s.controller}",
-                    f"advertised.listeners=PLAINTEXT://{s.host}:{s.port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    *self._listener_lines(),
                     f"log.dirs={self.storage}",
                     "num.partitions=1",
                     "auto.create.topics.enable=false",
@@ -151,6 +209,11 @@ class LocalKafka:
             "-c",
             str(self.properties),
             "--standalone",
+            *(
+                ["--add-scram", f"SCRAM-SHA-512=[name={t.username},password={t.password}]"]
+                if (t := self.sasl_ssl)
+                else []
+            ),
         )
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -212,7 +275,8 @@ class LocalKafka:
                     f"Kafka exited with code {proc.returncode} while starting.\n{self.log_tail()}"
                 )
             s = self.settings
-            if _port_in_use(s.host, s.port) and _answers_metadata(s.bootstrap):
+            secure = self.sasl_ssl.client_config() if self.sasl_ssl else {}
+            if _port_in_use(s.host, s.port) and _answers_metadata(s.bootstrap, secure):
                 return
             time.sleep(0.5)
         self.stop()
@@ -288,13 +352,16 @@ def _port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def _answers_metadata(bootstrap: str) -> bool:
+def _answers_metadata(bootstrap: str, client_config: dict[str, Any]) -> bool:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, request_timeout_ms=3000, bootstrap_timeout_ms=3000
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=3000,
+            bootstrap_timeout_ms=3000,
+            **client_config,
         )
     except (KafkaError, OSError, ValueError):
         return False

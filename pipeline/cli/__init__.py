@@ -6,6 +6,7 @@ import os
 import sys
 
 import typer
+from kafka.errors import SaslAuthenticationFailedError
 from rich.console import Console
 from rich.text import Text
 
@@ -23,6 +24,7 @@ from pipeline.cli import (
     worker,
 )
 from pipeline.errors import TurnstreamError
+from pipeline.settings import load_settings
 
 app = typer.Typer(
     name="turnstream",
@@ -66,6 +68,14 @@ def main() -> None:
     try:
         app()
     except TurnstreamError as exc:
-        message = Text("error: ", style="bold red").append(str(exc), style="")
-        Console(stderr=True, soft_wrap=True).print(message, highlight=False)
-        sys.exit(1)
+        _exit_with(str(exc))
+    except SaslAuthenticationFailedError as exc:  # from a consumer built outside broker.clients
+        from pipeline.broker.clients import authentication_failed
+
+        _exit_with(str(authentication_failed(load_settings(), exc)))
+
+
+def _exit_with(error: str) -> None:
+    message = Text("error: ", style="bold red").append(error, style="")
+    Console(stderr=True, soft_wrap=True).print(message, highlight=False)
+    sys.exit(1)

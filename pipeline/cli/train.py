@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from pipeline.broker.clients import check_access
 from pipeline.errors import ConfigError
 from pipeline.settings import load_settings
 from pipeline.training.config import config_help, load_trainer_config
@@ -53,6 +54,7 @@ def train(
 
     options = load_trainer_config(config, max_steps=max_steps)
     settings = load_settings()
+    check_access(settings)  # before the model loads: a wrong password fails in seconds
     span = None
     if from_topic is not None:
         from pipeline.cli.replay import physical

@@ -106,6 +106,7 @@ def test_reward_input_from_a_paired_turn_keeps_prompt_response_next_state_and_id
         "turn_index": 4,
         "policy_version": 7,
         "attempt": 2,
+        "group_id": None,
     }
     assert response_text(got) == "[tool call] ls({})"
 

@@ -38,6 +38,7 @@ def test_security_settings_flow_to_clients(monkeypatch: pytest.MonkeyPatch) -> N
     assert config["sasl_plain_password"] == "s3cret-pw"
     assert config["ssl_cafile"] == "/etc/kafka/ca.pem"
     assert "s3cret-pw" not in repr(settings) and "s3cret-pw" not in str(settings.model_dump())
+    assert "s3cret-pw" not in repr(config)  # kafka-python logs its config at debug level
 
 
 def test_incomplete_sasl_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
