@@ -3,7 +3,9 @@
 Session headers follow OpenClaw-RL's proxy, so an OpenClaw agent can point at
 turnstream unchanged: ``X-Session-Id`` (or a ``session_id`` body field),
 ``X-Turn-Type: main|side`` (or ``turn_type``), ``X-Session-Done`` (or
-``session_done``; 1/true/yes/on). The body fields are removed before the
+``session_done``; 1/true/yes/on). For group rewards, ``X-Group-Id`` and
+``X-Group-Size`` (or ``group_id`` and ``group_size``) mark the turn as one of
+several outputs for one prompt. The body fields are removed before the
 request goes upstream.
 """
 
@@ -14,9 +16,9 @@ from typing import Any, Literal
 
 import orjson
 
-from pipeline.events import MAX_SESSION_ID_CHARS, Turn, decode_as
+from pipeline.events import MAX_GROUP_SIZE, MAX_SESSION_ID_CHARS, Turn, decode_as
 
-EXTRA_FIELDS = ("session_id", "session_done", "turn_type")
+EXTRA_FIELDS = ("session_id", "session_done", "turn_type", "group_id", "group_size")
 TRUTHY = {"1", "true", "yes", "on"}
 UNKNOWN_SESSION = "unknown"
 
@@ -32,6 +34,8 @@ class RequestMeta:
     turn_type: Literal["main", "side"]
     turn_type_given: bool
     done: bool
+    group_id: str | None = None
+    group_size: int | None = None
 
 
 def _flag(value: Any) -> bool:
@@ -63,13 +67,37 @@ def request_meta(
     done_raw = headers.get("X-Session-Done")
     if done_raw is None:
         done_raw = body.get("session_done", False)
+    group_id, group_size = _group(headers, body)
     return RequestMeta(
         session_id=session or UNKNOWN_SESSION,
         session_given=session is not None,
         turn_type=turn_type,
         turn_type_given=raw_type is not None,
         done=_flag(done_raw),
+        group_id=group_id,
+        group_size=group_size,
     )
+
+
+def _group(headers: Any, body: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The group id and size a request names, if any; nonsense is a 400."""
+    group = headers.get("X-Group-Id") or body.get("group_id")
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        raise BadRequest("X-Group-Id must be a non-empty string")
+    if group is not None and len(group) > MAX_SESSION_ID_CHARS:
+        raise BadRequest(f"group id is {len(group)} characters; at most {MAX_SESSION_ID_CHARS}")
+    raw_size = headers.get("X-Group-Size") or body.get("group_size")
+    if raw_size is None:
+        return group, None
+    try:
+        size = int(raw_size)
+    except (TypeError, ValueError):
+        size = 0
+    if not 1 <= size <= MAX_GROUP_SIZE or isinstance(raw_size, (bool, float)):
+        raise BadRequest(f"X-Group-Size must be an integer 1..{MAX_GROUP_SIZE}, got {raw_size!r}")
+    if group is None:
+        raise BadRequest("X-Group-Size needs X-Group-Id: name the group")
+    return group, size
 
 
 def upstream_body(body: dict[str, Any], logprobs: bool, token_ids: bool) -> dict[str, Any]:
@@ -240,5 +268,7 @@ def build_turn(
         "response_ids": captured.token_ids,
         "response_logprobs": logprobs,
         "policy_version": policy_version,
+        "group_id": meta.group_id,
+        "group_size": meta.group_size,
     }
     return decode_as(Turn, orjson.dumps(event))

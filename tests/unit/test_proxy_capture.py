@@ -154,6 +154,35 @@ def test_build_turn_keeps_ids_when_logprobs_disagree_and_names_bad_fields() -> N
         build_turn(meta, 0, bad, Captured("ok"), None, 1.0)
 
 
+def test_group_headers_mark_the_turn_as_one_output_of_a_group() -> None:
+    headers = {"X-Session-Id": "s", "X-Group-Id": "prompt-7", "X-Group-Size": "4"}
+    meta = request_meta(headers, BODY, "main")
+    turn = build_turn(meta, 0, BODY, Captured("ok"), None, 1.0)
+    assert (turn.group_id, turn.group_size) == ("prompt-7", 4)
+    body = {**BODY, "group_id": "p", "group_size": 2}
+    assert request_meta({}, body, "main").group_size == 2
+    assert "group_id" not in upstream_body(body, logprobs=False, token_ids=False)
+    assert (
+        build_turn(request_meta({}, BODY, "main"), 0, BODY, Captured("ok"), None, 1).group_id
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "needle"),
+    [
+        ({"X-Group-Id": "g", "X-Group-Size": "0"}, "integer 1..1024"),
+        ({"X-Group-Id": "g", "X-Group-Size": "four"}, "integer 1..1024"),
+        ({"X-Group-Size": "3"}, "needs X-Group-Id"),
+        ({"X-Group-Id": " "}, "non-empty string"),
+        ({"X-Group-Id": "g" * 300}, "at most 256"),
+    ],
+)
+def test_bad_group_headers_are_client_errors(headers: dict, needle: str) -> None:
+    with pytest.raises(BadRequest, match=needle):
+        request_meta(headers, BODY, "main")
+
+
 def test_session_counters_continue_after_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "sessions.sqlite"
     counters = SessionCounters(path)
