@@ -6,7 +6,10 @@ and the samples land on another topic (``samples.scored.v2`` by default). The
 rescore has its own consumer group and commits its progress as it goes, so it
 never moves live consumers and an interrupted rescore resumes where it
 stopped. A pair the new judge cannot be reached for stops the rescore (it is
-not sent to the live retry path); the progress before it is kept.
+not sent to the live retry path); the progress before it is kept. With
+``rewards: rewards.yaml`` in the YAML the pairs are scored by those reward
+processors, as a worker with ``TURNSTREAM_SCORING_REWARDS`` would (a group is
+scored with the members in the same poll of up to 500 records, or at its timeout).
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ async def _rescore(
     group: str,
     progress: Callable[[RescoreReport], None] | None,
 ) -> RescoreReport:
-    from pipeline.scoring.app import build_judge
+    from pipeline.scoring.app import build_judge, load_rewards
     from pipeline.scoring.stages import JudgeStage
 
     topics = settings.topics
@@ -98,7 +101,15 @@ async def _rescore(
         raise ConfigError(f"--output-topic {output} is a live pipeline topic; name another one")
     ensure_output_topic(settings, output)
     judge, teacher = build_judge(settings)
-    stage = JudgeStage(topics, judge, settings.scoring.mode, teacher)
+    plan = load_rewards(settings)  # `rewards:` in the judge YAML: score with those instead
+    stage = JudgeStage(
+        topics,
+        judge,
+        settings.scoring.mode,
+        teacher,
+        rewards=plan.processor if plan else None,
+        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
+    )
     consumer = KafkaConsumer(**consumer_config(settings, group))
     out = producer(settings, max_request_size=topics.samples_scored.max_message_bytes)
     report = RescoreReport(total=span.total)
@@ -168,5 +179,7 @@ async def _rescore(
         client = getattr(judge, "client", None)
         if client is not None:
             await client.close()
+        if plan is not None:
+            await plan.close()
     report.seconds = time.monotonic() - started
     return report

@@ -264,3 +264,50 @@ def test_rescore_a_range_with_another_judge_leaves_live_topics_alone(
     bad.write_text("judge: sglang\nvotes: 3\n")
     refused = turnstream("rescore", "--judge-config", str(bad), env=cli_env)
     assert refused.returncode == 1 and "unknown option(s) ['votes']" in refused.stderr
+
+
+def test_rescore_with_reward_processors_scores_groups_together(
+    settings: Settings, cli_env: dict[str, str], tmp_path
+) -> None:
+    """`rewards:` in the judge YAML: the range is scored by the reward processors (a
+    group's members together, other pairs by the weighted processors)."""
+    from pipeline.events import Sample, decode_as, encode
+
+    admin.apply(settings)
+    pairs = []
+    for i, pair in enumerate(example_pairs()[:12]):
+        turn = pair.turn
+        if i < 9:  # three groups of three, each member a different session
+            turn = turn.model_copy(
+                update={"group_id": f"g{i // 3}", "group_size": 3, "ground_truth": "zzz"}
+            )
+        pairs.append(pair.model_copy(update={"turn": turn}))
+    out = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for pair in pairs:
+        out.send(settings.topics.turns_paired.name, key=pair.route_key, value=encode(pair))
+    out.flush()
+    out.close()
+    rewards = tmp_path / "rewards.yaml"
+    rewards.write_text(
+        "processors:\n  - classpath: examples.rewards.refusal:SafetyProcessor\n    name: safety\n"
+        "group:\n  classpath: examples.rewards.group:DemoGroupRewardProcessor\n"
+        "  name: demo\n  timeout_s: 5\n"
+    )
+    judge = tmp_path / "judge.yaml"
+    judge.write_text(f"judge: rules\nrewards: {rewards}\n")
+    done = turnstream("rescore", "--judge-config", str(judge), env=cli_env)
+    assert done.returncode == 0, done.stderr
+    assert "rescored 12 sample(s)" in done.stdout
+    output = settings.topic_prefix + "samples.scored.v2"
+    samples = {
+        s.sample_id: s for s in (decode_as(Sample, r.value) for r in read_all(settings, output))
+    }
+    assert set(samples) == {p.sample_id for p in pairs}
+    for i, pair in enumerate(pairs):
+        s = samples[pair.sample_id]
+        if i < 9:  # no ground truth in any message: 0.5 each, all scored in one call
+            assert s.group_id == f"g{i // 3}" and s.group_scores == [0.5, 0.5, 0.5]
+            assert s.reward_metrics["demo/complete"] == 1.0
+        else:
+            assert s.group_scores is None
+            assert s.next_state is None or "safety" in s.reward_metrics
