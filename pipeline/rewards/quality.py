@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, TypeVar
@@ -56,20 +57,24 @@ class LengthBias:
         self.processor, self.method, self.min_points = processor, method, min_points
         self._scores: deque[float] = deque(maxlen=window)
         self._lengths: deque[float] = deque(maxlen=window)
+        # computed when /metrics is scraped, not per observation (a rank correlation over
+        # the window costs too much to run for every scored sample)
+        metrics.LENGTH_BIAS.labels(processor, method).set_function(self._gauge)
 
-    def observe(self, score: float, response_length: float) -> float | None:
-        """Add one scored output; return the window's correlation (and export it) once defined."""
+    def observe(self, score: float, response_length: float) -> None:
+        """Add one scored output (cheap: the correlation is computed when asked for)."""
         self._scores.append(score)
         self._lengths.append(response_length)
-        value = self.value()
-        if value is not None:
-            metrics.LENGTH_BIAS.labels(self.processor, self.method).set(value)
-        return value
 
     def value(self) -> float | None:
+        """The window's correlation; None until ``min_points`` or when it is undefined."""
         if len(self._scores) < self.min_points:
             return None
         return length_bias(list(self._scores), list(self._lengths), self.method)
+
+    def _gauge(self) -> float:
+        value = self.value()
+        return math.nan if value is None else value
 
 
 def consistent_verdict(ab: Verdict, ba: Verdict) -> PairwiseOutcome:

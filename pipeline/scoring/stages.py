@@ -146,13 +146,15 @@ class JudgeStage:
         self.teacher = teacher
         self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
         self.groups = groups  # a GroupScorer: grouped turns are scored together
-        self.length_bias: Any = None
         self._score_with_rewards: Any = None
-        if rewards is not None or groups is not None:
-            from pipeline.rewards.quality import LengthBias
+        from pipeline.rewards.quality import LengthBias
+
+        uses_rewards = rewards is not None or groups is not None
+        # judge quality: does the score grow with response length? (judged pairs only)
+        self.length_bias = LengthBias(processor="rewards" if uses_rewards else "judge")
+        if uses_rewards:
             from pipeline.rewards.stage import score_with_processor
 
-            self.length_bias = LengthBias(processor="rewards")
             self._score_with_rewards = score_with_processor
 
     async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
@@ -182,7 +184,7 @@ class JudgeStage:
         finally:
             metrics.IN_FLIGHT.dec()
         record_sample_metrics(sample)
-        if self.length_bias is not None and sample.next_state is not None:
+        if sample.next_state is not None:
             self.length_bias.observe(sample.score, len(sample.response.content or ""))
         return [Out(self.scored_topic, session_key, encode(sample))]
 

@@ -81,8 +81,11 @@ def gauge(processor: str) -> float | None:
 
 def test_length_bias_slides_and_exports_the_gauge() -> None:
     window = LengthBias("lb-test", window=4, min_points=3)
-    assert window.observe(0.0, 10) is None and window.observe(0.5, 20) is None
-    assert window.observe(1.0, 30) == pytest.approx(1.0)  # longer scored higher
+    window.observe(0.0, 10)
+    window.observe(0.5, 20)
+    assert window.value() is None and math.isnan(gauge("lb-test"))  # too few points yet
+    window.observe(1.0, 30)
+    assert window.value() == pytest.approx(1.0)  # longer scored higher
     assert gauge("lb-test") == pytest.approx(1.0)
     window.observe(1.0, 40)
     # now the window turns: long answers score low, and the oldest points drop out

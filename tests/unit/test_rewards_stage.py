@@ -148,3 +148,23 @@ def test_rewards_are_for_rl_mode_only(tmp_path: Path) -> None:
     rl = SETTINGS.scoring.model_copy(update={"rewards": config})
     assert load_rewards(SETTINGS.model_copy(update={"scoring": rl})) is not None
     assert load_rewards(SETTINGS) is None
+
+
+def test_the_worker_tracks_the_judges_length_bias_without_reward_processors() -> None:
+    from prometheus_client import REGISTRY
+
+    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl")
+    for i in range(30):
+        pair = paired()
+        turn = pair.turn.model_copy(
+            update={"turn_index": i, "response": Response(content="x" * (10 + i))}
+        )
+        reply = "thanks, that works" if i % 2 else "that's wrong, please redo it"
+        pair = pair.model_copy(
+            update={"turn": turn, "next_state": NextState(role="user", content=reply)}
+        )
+        asyncio.run(stage.handle(encode(pair), b"s1", f"turns.paired/0/{i}"))
+    value = stage.length_bias.value()
+    assert value is not None and -1.0 <= value <= 1.0
+    labels = {"processor": "judge", "method": "spearman"}
+    assert REGISTRY.get_sample_value("turnstream_reward_length_bias", labels) == value
