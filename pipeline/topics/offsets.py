@@ -6,10 +6,12 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    KafkaError,
     NotCoordinatorError,
 )
 
 from pipeline.broker.clients import consumer_config
+from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 
 
@@ -35,8 +37,15 @@ def group_lag(settings: Settings, group_id: str, topics: list[str]) -> int | Non
     """
     from pipeline.broker.clients import admin_client
 
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    admin = admin_client(settings)
+    try:  # a broker that is down or restarting cannot tell either
+        consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+    except KafkaError:
+        return None
+    try:
+        admin = admin_client(settings)
+    except BrokerError:
+        consumer.close()
+        return None
     try:
         tps = [
             TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or set()
@@ -50,6 +59,8 @@ def group_lag(settings: Settings, group_id: str, topics: list[str]) -> int | Non
             end - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
             for tp, end in ends.items()
         )
+    except KafkaError:
+        return None
     finally:
         admin.close()
         consumer.close()

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
 
 from pipeline.broker.clients import consumer_config, flush_or_raise, producer
 from pipeline.errors import BrokerError, EventDecodeError
@@ -413,13 +414,32 @@ class Trainer:
         )
         if self.ledger_log and trained:
             append_ledger_log(self.ledger_log, self.state.step, trained)
-        consumer.commit(
-            {
-                TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
-                for p, o in offsets.items()
-            }
-        )
+        self._commit(consumer, offsets)
         prune_checkpoints(self.ckpt_dir, self.config.keep_checkpoints)
+
+    def _commit(self, consumer: KafkaConsumer, offsets: dict[int, int]) -> None:
+        """Commit to the group, waiting out a broker that is down or restarting.
+
+        The checkpoint already holds these offsets (they win on restart), so
+        waiting is safe, and so is giving up when asked to stop.
+        """
+        request = {
+            TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()
+        }
+        delay = 0.5
+        while True:
+            try:  # a short attempt: the broker may be back before kafka-python's 30 s are up
+                consumer.commit(request, timeout_ms=5000)
+                return
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                if self.requests.stop:
+                    log.warning("stopping uncommitted (%r): the checkpoint has them", exc)
+                    return
+                log.warning("committing offsets failed (%r); retrying in %.1fs", exc, delay)
+            time.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
     def _push_weights(self, out: KafkaProducer, step: int) -> PolicyVersion | None:
         version = self.state.policy_version + 1

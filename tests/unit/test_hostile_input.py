@@ -176,3 +176,23 @@ def test_only_the_judges_own_output_is_parsed(response: str, next_state: str, vo
     judge = HttpJudge(Echo(f"Reasoning... \\boxed{{{vote}}}"), identity, m=3)  # type: ignore[arg-type]
     result = asyncio.run(judge.eval(response, "user", next_state))
     assert result.votes == [vote, vote, vote]  # whatever boxes the judged text holds
+
+
+def test_a_pair_too_large_for_turns_paired_is_a_dead_letter() -> None:
+    """Two turns under chat.turns' limit can make a pair above turns.paired's: the broker
+    would refuse it (and the worker's send failed unseen), so it is dead-lettered here."""
+    states: dict[str, Any] = {}
+    big = 3_000_000
+    first = json.dumps(turn("big", 0, "x" * big, "y" * big)).encode()
+    second = json.dumps(turn("big", 1, "z" * big, "ok", role="tool")).encode()
+    outs = []
+    for i, raw in enumerate((first, second)):
+        result = STAGE.handle(raw, b"big", f"chat.turns/0/{i}", states.get)
+        states["big"] = result.state
+        outs += result.outs
+    assert [o.topic for o in outs] == [TOPICS.deadletter.name]
+    letter = decode_as(DeadLetter, outs[0].value)
+    assert letter.stage == "pair" and letter.source == "chat.turns/0/1"
+    assert "big:0" in letter.error and "max.message.bytes" in letter.error
+    assert letter.raw_bytes > TOPICS.turns_paired.max_message_bytes and letter.truncated
+    assert states["big"]["pending"]["turn_index"] == 1  # the session goes on

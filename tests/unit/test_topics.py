@@ -124,3 +124,31 @@ def test_strimzi_export_matches_topics_file() -> None:
         assert doc["spec"]["replicas"] == spec.replication_factor
         assert doc["spec"]["config"] == spec.configs
         assert "." not in doc["metadata"]["name"]
+
+
+def test_group_lag_is_unknown_while_the_broker_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's lag timer asks during a broker restart: an answer of None, not a crash."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    import pipeline.broker.clients as clients
+    import pipeline.topics.offsets as offsets
+    from pipeline.settings import Settings
+
+    def refuse(**_kw: object) -> None:
+        raise KafkaTimeoutError("Unable to bootstrap")
+
+    monkeypatch.setattr(offsets, "KafkaConsumer", refuse)
+    assert offsets.group_lag(Settings(), "g", ["t"]) is None
+
+    class Lost:
+        def partitions_for_topic(self, _topic: str) -> set[int]:
+            raise KafkaConnectionError("111 ECONNREFUSED")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(offsets, "KafkaConsumer", lambda **_kw: Lost())
+    monkeypatch.setattr(clients, "admin_client", lambda _settings: Lost())
+    assert offsets.group_lag(Settings(), "g", ["t"]) is None

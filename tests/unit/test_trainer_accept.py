@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from pytest import MonkeyPatch
+
 from pipeline.events import JudgeIdentity, Response, Sample, encode
 from pipeline.settings import Settings
 from pipeline.training.config import TrainerConfig
@@ -93,3 +95,34 @@ def test_a_zero_score_with_loss_mask_1_is_trained(tmp_path: Path) -> None:
     zero = sample(1).model_copy(update={"score": 0.0, "reward_metrics": {"rule": 0.0}})
     t._accept(rec(zero), out=None)
     assert [p.sample.sample_id for p in t.pending] == ["s:1"] and not t.skipped
+
+
+class FlakyConsumer:
+    """Refuses ``failures`` commits the way kafka-python does while the broker is down."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.committed: list[dict] = []
+
+    def commit(self, offsets: dict, timeout_ms: int | None = None) -> None:
+        from kafka.errors import KafkaConnectionError
+
+        if self.failures:
+            self.failures -= 1
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        self.committed.append(offsets)
+
+
+def test_a_commit_waits_out_a_broker_restart(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    import pipeline.training.consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module.time, "sleep", lambda _s: None)
+    t = trainer(tmp_path)
+    flaky = FlakyConsumer(failures=3)
+    t._commit(flaky, {0: 7})  # type: ignore[arg-type]
+    assert [{tp.partition: m.offset for tp, m in c.items()} for c in flaky.committed] == [{0: 7}]
+    stopping = trainer(tmp_path)
+    stopping.requests.stop = True  # a stop during the outage: the checkpoint has the offsets
+    down = FlakyConsumer(failures=10**6)
+    stopping._commit(down, {0: 7})  # type: ignore[arg-type]
+    assert down.committed == []
