@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +27,7 @@ from faust.types import TP, StreamT
 from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
+from pipeline.scoring.delivery import InOrderAcks, Then
 from pipeline.scoring.guard import OffsetGuard, Record, kafka_guard
 from pipeline.scoring.handover import Handled, commit_handed_over, commit_idle
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
@@ -106,7 +109,30 @@ def _chat_renderer(tokenizer_path: Any) -> Any:
     )
 
 
-Sender = Callable[[list[Out]], Awaitable[None]]
+# Sends outputs; returns what resolves once each is delivered (a test sink may return None).
+Sender = Callable[[list[Out]], Awaitable[list[Any] | None]]
+
+
+async def _exit_undelivered(app: faust.App, handled: Handled, exc: BaseException) -> None:
+    """Stop this worker after an output was refused: commit what was delivered, then exit 1.
+
+    Not a graceful stop: Faust's waits for its unacknowledged records to be
+    acknowledged, and the ones behind the refused output never will be. Whoever
+    takes the partitions reads them again from the commit.
+    """
+    log.error("stopping the worker: an output could not be delivered (%r)", exc)
+    try:
+        assigned = app.consumer.assignment()
+        await asyncio.wait_for(commit_handed_over(app, handled, assigned, timeout_s=10), 15)
+    except Exception as commit_exc:  # the broker may be the problem: the last commit stands
+        log.warning("could not commit the delivered positions before stopping: %r", commit_exc)
+    sys.stderr.write(
+        f"error: stopped: an output could not be delivered to Kafka ({exc!r}); "
+        "its input and everything after it are read again from the last commit\n"
+    )
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(1)
 
 
 def build_app(
@@ -117,6 +143,7 @@ def build_app(
     guard: OffsetGuard | None = None,
     rewards: Any = None,
     groups: Any = None,
+    on_delivery_failure: Callable[[BaseException], Any] | None = None,
 ) -> faust.App:
     """The Faust app of one scoring worker (agents, table, timer).
 
@@ -124,6 +151,9 @@ def build_app(
     ``guard`` reads back records the Faust stream skipped (see pipeline.scoring.guard);
     ``rewards`` (a set-up reward processor) scores pairs in place of the judge;
     ``groups`` (a pipeline.rewards.GroupScorer) scores grouped turns together.
+    Each agent acknowledges a record only once its outputs are delivered
+    (pipeline.scoring.delivery); a failed one ends the worker process (exit 1),
+    or is handed to ``on_delivery_failure`` when given.
     """
     s, topics = settings.scoring, settings.topics
     app = faust.App(
@@ -163,9 +193,9 @@ def build_app(
     pairing = PairingStage(topics, s.idle_timeout_s)
     judging = JudgeStage(topics, judge, s.mode, teacher, rewards=rewards, groups=groups)
 
-    async def send_to_kafka(outs: list[Out]) -> None:
-        for out in outs:
-            await outputs[out.topic].send(key=out.key, value=out.value)
+    async def send_to_kafka(outs: list[Out]) -> list[Any]:
+        # each send returns once buffered; its future resolves when the broker has it
+        return [await outputs[o.topic].send(key=o.key, value=o.value) for o in outs]
 
     send = sender or send_to_kafka
 
@@ -191,47 +221,86 @@ def build_app(
     async def forget_elsewhere(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
         handled.keep_only({(tp.topic, tp.partition) for tp in assigned})
 
+    stopping: list[asyncio.Future[None]] = []
+
+    def undelivered(exc: BaseException) -> None:
+        if on_delivery_failure is not None:
+            on_delivery_failure(exc)
+        elif not stopping:
+            stopping.append(asyncio.ensure_future(_exit_undelivered(app, handled, exc)))
+
+    def acknowledger(stream: Any) -> tuple[InOrderAcks, Callable[[Any], Then]]:
+        """Acks of one agent, each once the outputs of its record are delivered."""
+        acks = InOrderAcks(s.window, undelivered)
+
+        def then(event: Any) -> Then:
+            async def ack() -> None:
+                if event is not None:  # None: a record the guard read back (no Faust ack)
+                    await stream.ack(event)
+                    m = event.message
+                    handled.done(m.topic, m.partition, m.offset)
+                busy[0] -= 1
+
+            return ack
+
+        return acks, then
+
+    async def delivered(outs: list[Out]) -> list[Any]:
+        try:
+            return list(await send(outs) or [])
+        except Exception as exc:  # refused before it was even buffered: stop like a failure
+            undelivered(exc)
+            raise
+
     @app.agent(turns, name="pair")
     async def pair(stream: StreamT) -> None:
-        async def apply(raw: bytes | None, key: bytes | None, where: str) -> None:
+        manual = stream.noack()  # type: ignore[attr-defined]
+        acks, then = acknowledger(manual)
+
+        async def apply(raw: bytes | None, key: bytes | None, where: str) -> list[Any]:
             result = pairing.handle(raw, key, where, sessions.get)
             if result.session_id is not None:
                 if result.forget:
                     sessions.pop(result.session_id, None)
                 else:
                     sessions[result.session_id] = result.state
-            await send(result.outs)
+            return await delivered(result.outs)
 
-        async for event in stream.events():
-            busy[0] += 1
-            try:
-                for rec in await recovered(event.message):
-                    await apply(rec.value, rec.key, rec.where)
-                await apply(event.value, event.key, _where(event.message))
-                m = event.message
-                handled.done(m.topic, m.partition, m.offset)
-            finally:
-                busy[0] -= 1
+        acker = asyncio.ensure_future(acks.run())
+        try:
+            async for event in manual.events():
+                busy[0] += 1  # until its acknowledgement
+                try:
+                    deliveries = []
+                    for rec in await recovered(event.message):
+                        deliveries += await apply(rec.value, rec.key, rec.where)
+                    deliveries += await apply(event.value, event.key, _where(event.message))
+                    await acks.add(deliveries, then(event))
+                except BaseException:
+                    busy[0] -= 1
+                    raise
+        finally:
+            acker.cancel()
+            busy[0] -= acks.drop()
 
     @app.agent(paired, name="judge")
     async def judge_agent(stream: StreamT) -> None:
         manual = stream.noack()  # type: ignore[attr-defined]
+        acks, then = acknowledger(manual)
         window: asyncio.Queue[tuple[Any, asyncio.Future[list[Out]]]] = asyncio.Queue(s.window)
 
         async def emit_in_order() -> None:
             while True:
                 event, task = await window.get()
                 try:
-                    await send(await task)
-                    if event is not None:  # None: a record the guard read back (no Faust ack)
-                        await manual.ack(event)
-                        m = event.message
-                        handled.done(m.topic, m.partition, m.offset)
-                finally:
+                    deliveries = await delivered(await task)
+                    await acks.add(deliveries, then(event))
+                except BaseException:
                     busy[0] -= 1
+                    raise
 
         async def admit(event: Any, raw: bytes | None, key: bytes | None, where: str) -> None:
-            busy[0] += 1  # until emit_in_order has sent it
+            busy[0] += 1  # until its acknowledgement
             task = asyncio.ensure_future(judging.handle(raw, key, where))
             put = asyncio.ensure_future(window.put((event, task)))
             await asyncio.wait({put, emitter}, return_when=asyncio.FIRST_COMPLETED)
@@ -242,6 +311,7 @@ def build_app(
                 emitter.result()
 
         emitter = asyncio.ensure_future(emit_in_order())
+        acker = asyncio.ensure_future(acks.run())
         try:
             async for event in manual.events():
                 for rec in await recovered(event.message):
@@ -249,9 +319,11 @@ def build_app(
                 await admit(event, event.value, event.key, _where(event.message))
         finally:
             emitter.cancel()
+            acker.cancel()
             while not window.empty():
                 window.get_nowait()[1].cancel()
                 busy[0] -= 1
+            busy[0] -= acks.drop()
 
     if guard is not None:
 

@@ -20,6 +20,7 @@ is never committed before its outputs are on the log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -109,8 +110,13 @@ async def commit_handed_over(
     """
     from faust.types import TP
 
-    positions = handled.take({(tp.topic, tp.partition) for tp in revoked})
-    if not positions or not await _drained(app, timeout_s, "handed-over positions"):
+    revoked_keys = {(tp.topic, tp.partition) for tp in revoked}
+    if not await _drained(app, timeout_s, "handed-over positions"):
+        handled.take(revoked_keys)
+        return {}
+    await asyncio.sleep(0)  # the agents acknowledge what the drained buffer delivered
+    positions = handled.take(revoked_keys)
+    if not positions:
         return {}
     await app.consumer._commit({TP(t, p): offset for (t, p), offset in positions.items()})
     log.info("committed %d handed-over partition position(s)", len(positions))

@@ -140,6 +140,12 @@ class JudgeStage:
     ) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
+        # what the broker would refuse is dead-lettered here (a refused send would stop
+        # the worker, and the same record would stop the next one)
+        self.max_bytes = {
+            spec.name: spec.max_message_bytes - 1024
+            for spec in (topics.samples_scored, topics.samples_retry)
+        }
         self.dead = DeadLetters(topics)
         self.judge = judge
         self.mode = mode
@@ -176,7 +182,7 @@ class JudgeStage:
             record = RetryRecord(
                 paired=paired, error=str(exc), attempts=paired.attempt, failed_ts=time.time()
             )
-            return [Out(self.retry_topic, paired.route_key, encode(record))]
+            return [self._fitting(Out(self.retry_topic, paired.route_key, encode(record)), source)]
         except Exception as exc:  # a bug must not lose the record: keep it, with the trace
             log.exception("scoring %s failed", paired.sample_id)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -186,7 +192,18 @@ class JudgeStage:
         record_sample_metrics(sample)
         if sample.next_state is not None:
             self.length_bias.observe(sample.score, len(sample.response.content or ""))
-        return [Out(self.scored_topic, session_key, encode(sample))]
+        return [self._fitting(Out(self.scored_topic, session_key, encode(sample)), source)]
+
+    def _fitting(self, out: Out, source: str) -> Out:
+        """``out``, or a dead letter saying why when it is too large for its topic."""
+        limit = self.max_bytes[out.topic]
+        if len(out.value) <= limit:
+            return out
+        error = (
+            f"the record for {out.topic} is {len(out.value):,} bytes, above its "
+            f"max.message.bytes less 1 KiB ({limit:,})"
+        )
+        return self.dead("score", error, source, out.value)
 
 
 def record_sample_metrics(sample: Sample) -> None:

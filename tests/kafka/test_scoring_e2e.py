@@ -596,3 +596,73 @@ def urllib_get(url: str) -> bytes:
 
     with urllib.request.urlopen(url, timeout=5) as resp:
         return bytes(resp.read())
+
+
+def test_a_refused_output_stops_the_worker_and_its_input_is_judged_again(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The broker refuses a sample (samples.scored's max.message.bytes was lowered under
+    the worker): the worker stops with a clear error, its input is not committed past,
+    and once the topic takes it again a new worker scores it (nothing lost)."""
+    import json
+
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from pipeline.broker.clients import admin_client
+
+    admin.apply(settings)
+    scored = settings.topics.samples_scored.name
+    judge = _healthy_sim(tmp_path)
+    worker = start_worker(cli_env, judge, tmp_path / "w1", tmp_path / "w1.log")
+    lines = []
+    for i, size in enumerate([10, 6_000]):  # the second sample is larger than the new limit
+        session = f"big-{i}"
+        lines.append(
+            {
+                "type": "turn",
+                "session_id": session,
+                "ts": 1.0,
+                "turn_index": 0,
+                "turn_type": "main",
+                "messages": [{"role": "user", "content": "write it out"}],
+                "response": {"content": "x" * size},
+            }
+        )
+        lines.append(
+            {
+                "type": "message",
+                "session_id": session,
+                "ts": 2.0,
+                "message": {"role": "user", "content": "thanks"},
+            }
+        )
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    def set_limit(value: str) -> None:
+        client = admin_client(settings)
+        try:
+            resource = ConfigResource(
+                ConfigResourceType.TOPIC, scored, {"max.message.bytes": value}
+            )
+            client.alter_configs([resource])
+        finally:
+            client.close()
+
+    set_limit("4000")
+    try:
+        time.sleep(2)  # the worker is up and assigned (its judge loop waits on input)
+        assert turnstream("produce", str(events), env=cli_env).returncode == 0
+        worker.wait(timeout=120)
+    finally:
+        stop([worker])
+    log = (tmp_path / "w1.log").read_text()
+    assert worker.returncode != 0, log[-3000:]
+    assert "could not be delivered to Kafka" in log, log[-3000:]
+    assert "big-1:0" not in scored_ids_now(settings)
+    set_limit(str(settings.topics.samples_scored.max_message_bytes))
+    again = start_worker(cli_env, judge, tmp_path / "w2", tmp_path / "w2.log")
+    try:
+        wait_for(settings, {"big-0:0", "big-1:0"}, 120, [again])
+    finally:
+        stop([again])

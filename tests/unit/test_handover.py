@@ -85,7 +85,30 @@ def test_nothing_is_committed_while_records_stay_unsent() -> None:
 def test_nothing_handled_commits_nothing() -> None:
     app = _App(_Producer(unsent=0, drains=True))
     assert _revoke(app, Handled()) == {}
-    assert app.consumer.commits == [] and app.producer.flushes == 0
+    assert app.consumer.commits == []
+
+
+def test_records_acknowledged_once_the_buffer_drained_are_handed_over_too() -> None:
+    """An agent acknowledges a record once its outputs are delivered: a record whose
+    outputs the drain delivered counts as handled before the positions are taken."""
+    handled = Handled()
+    handled.done("t", 0, 10)
+
+    async def revoke() -> dict:
+        app = _App(_Producer(unsent=2, drains=True))
+
+        async def agent_acks() -> None:
+            while app.producer.buffer.size:
+                await asyncio.sleep(0)
+            handled.done("t", 0, 11)  # delivered by the drain, then acknowledged
+
+        acker = asyncio.ensure_future(agent_acks())
+        await asyncio.sleep(0)
+        got = await commit_handed_over(app, handled, {TP("t", 0)}, timeout_s=5)
+        await acker
+        return got
+
+    assert asyncio.run(revoke()) == {("t", 0): 12}
 
 
 def test_idle_positions_ahead_of_fausts_commit_are_committed_and_kept() -> None:
