@@ -25,7 +25,7 @@ import torch
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
-from pipeline.broker.clients import consumer_config, flush_or_raise, producer
+from pipeline.broker.clients import consumer_config, producer
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import Sample, decode_as
 from pipeline.replay.ranges import TopicRange
@@ -34,6 +34,7 @@ from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, tokenize_sample
 from pipeline.training.config import TrainerConfig
 from pipeline.training.metrics import MetricsSink
+from pipeline.training.outbox import Outbox
 from pipeline.training.retention import prune_checkpoints, prune_weight_versions
 from pipeline.training.signals import Requests
 from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
@@ -123,13 +124,14 @@ class Trainer:
         self.ckpt_dir = Path(config.checkpoint_dir)
         self.state = self._load_checkpoint()
         self.ledger = Ledger(self.state.ledger)
-        self.skipped: Counter[str] = Counter(self.state.skipped)
+        self.skipped: Counter[str] = Counter(self.state.skipped)  # all counted so far
+        # (partition, offset, reason) of skipped records at or past the checkpoint's
+        # offsets: a restart reads them again, so the checkpoint must not count them
+        self.skips_ahead: list[tuple[int, int, str]] = []
         self.pending: list[Pending] = []
         self.pending_ids: set[str] = set()
-        self._sent: list[Any] = []
-        self.dead_letters = DeadLetters(
-            settings.topics
-        )  # futures of records to deliver before the next commit
+        self.outbox = Outbox()  # dead letters and policy versions to deliver before a commit
+        self.dead_letters = DeadLetters(settings.topics)
         self.positions: dict[int, int] = {int(p): o for p, o in self.state.offsets.items()}
         dist = torch.distributed
         self.rank = dist.get_rank() if dist.is_initialized() else 0
@@ -188,28 +190,37 @@ class Trainer:
         try:
             sample = decode_as(Sample, rec.value)
         except EventDecodeError as exc:
-            self.skipped["invalid"] += 1
+            self._skip(rec, "invalid")
             letter = self.dead_letters(
                 "train", str(exc), f"{rec.topic}/{rec.partition}/{rec.offset}", rec.value
             )
-            self._sent.append(out.send(letter.topic, value=letter.value))
+            self.outbox.send(out, letter.topic, letter.value)
             return
         if sample.sample_id in self.ledger or sample.sample_id in self.pending_ids:
-            self.skipped["duplicate"] += 1
+            self._skip(rec, "duplicate")
         elif sample.loss_mask == 0:
-            self.skipped[f"excluded:{sample.exclude_reason}"] += 1
+            self._skip(rec, f"excluded:{sample.exclude_reason}")
         elif (
             self.config.stale_policy == "drop"
             and sample.policy_version is not None
             and self.state.policy_version - sample.policy_version > self.config.max_staleness
         ):
-            self.skipped["stale"] += 1
+            self._skip(rec, "stale")
         else:
             tok = tokenize_sample(
                 sample, self.tokenizer, self.config.max_seq_len, self.config.group_advantage
             )
             self.pending.append(Pending(tok, rec.partition, rec.offset))
             self.pending_ids.add(sample.sample_id)
+
+    def _skip(self, rec: Any, reason: str) -> None:
+        self.skipped[reason] += 1
+        self.skips_ahead.append((rec.partition, rec.offset, reason))
+
+    def _skips_below(self, offsets: dict[int, int]) -> dict[str, int]:
+        """The skip counts of the records below ``offsets`` (what a checkpoint at them covers)."""
+        self.skips_ahead = [s for s in self.skips_ahead if s[1] >= offsets.get(s[0], 0)]
+        return dict(self.skipped - Counter(reason for _p, _o, reason in self.skips_ahead))
 
     def _done(self) -> bool:
         return self.config.max_steps is not None and self.state.step >= self.config.max_steps
@@ -301,7 +312,7 @@ class Trainer:
                                 self.positions.get(tp.partition, 0), ends[tp]
                             )
                 stepped = False
-                while self._batch_ready() and not self._done():
+                while self._batch_ready() and not self._done() and not self.requests.stop:
                     self._step(consumer, out, tps)
                     stepped = True
                 if stepped:
@@ -402,11 +413,16 @@ class Trainer:
         trained: list[str] | None = None,
     ) -> None:
         # Dead letters and policy versions of the records below are delivered first.
-        flush_or_raise(out, self._sent, "dead letters or policy versions")
+        if not self.outbox.deliver(out, lambda: self.requests.stop):
+            log.warning(
+                "stopping before checkpoint %d; a restart resumes from the one before",
+                self.state.step,
+            )
+            return
         offsets = self._commit_offsets()
         self.state.offsets = {str(p): o for p, o in offsets.items()}
         self.state.ledger = self.ledger.ids()
-        self.state.skipped = dict(self.skipped)
+        self.state.skipped = self._skips_below(offsets)
         self.engine.engine.save_checkpoint(
             str(self.ckpt_dir),
             tag=f"step{self.state.step:08d}",
@@ -453,10 +469,8 @@ class Trainer:
             log.error("%s", exc)
             return None
         record = PolicyVersion(version, str(path), step, time.time())
-        self._sent.append(
-            out.send(
-                self.settings.topics.policy_versions.name, key=b"policy", value=record.encode()
-            )
+        self.outbox.send(
+            out, self.settings.topics.policy_versions.name, record.encode(), key=b"policy"
         )
         self.state.policy_version = version
         prune_weight_versions(Path(self.config.weights_dir), self.config.keep_weight_versions, path)

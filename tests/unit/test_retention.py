@@ -108,9 +108,10 @@ def test_the_trainer_keeps_the_newest_checkpoints_and_weight_versions(
     )
     deepspeed = FakeDeepSpeed()
     trainer = Trainer(Settings(), config, SimpleNamespace(engine=deepspeed), tokenizer=None)
-    consumer = SimpleNamespace(commit=lambda offsets: None)
+    consumer = SimpleNamespace(commit=lambda offsets, **kw: None)
     out = SimpleNamespace(
-        flush=lambda: None, send=lambda *a, **kw: SimpleNamespace(failed=lambda: False)
+        flush=lambda timeout=None: None,
+        send=lambda *a, **kw: SimpleNamespace(failed=lambda: False, succeeded=lambda: True),
     )
 
     def step(n: int) -> None:

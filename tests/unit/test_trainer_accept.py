@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from kafka.future import Future
 from pytest import MonkeyPatch
 
+import pipeline.training.outbox as outbox_module
+from pipeline.errors import BrokerError
 from pipeline.events import JudgeIdentity, Response, Sample, encode
 from pipeline.settings import Settings
 from pipeline.training.config import TrainerConfig
 from pipeline.training.consumer import Ledger, Trainer, TrainerState, reconcile_ledger_log
+from pipeline.training.engine import StepMetrics
 
 
 def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
@@ -126,3 +134,145 @@ def test_a_commit_waits_out_a_broker_restart(tmp_path: Path, monkeypatch: Monkey
     down = FlakyConsumer(failures=10**6)
     stopping._commit(down, {0: 7})  # type: ignore[arg-type]
     assert down.committed == []
+
+
+class FakeEngine:
+    """Stands in for PolicyEngine and its DeepSpeed engine: a step is counted, a
+    checkpoint is its client_state kept in memory (and a ``latest`` file)."""
+
+    def __init__(self) -> None:
+        self.engine = self
+        self.steps = 0
+        self.saved: dict = {}
+
+    def train_step(self, batches: list, total: int) -> StepMetrics:
+        self.steps += 1
+        n = sum(len(mb.input_ids) for mb in batches)
+        return StepMetrics(self.steps, n, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, total, 1.0, None)
+
+    def save_checkpoint(self, save_dir: str, tag: str, client_state: dict) -> None:
+        self.saved = copy.deepcopy(client_state)
+        (Path(save_dir) / tag).mkdir(parents=True)
+        (Path(save_dir) / "latest").write_text(tag)
+
+    def load_checkpoint(self, load_dir: str) -> tuple[str, dict]:
+        return load_dir, copy.deepcopy(self.saved)
+
+
+class OutageProducer:
+    """Completes futures at flush: the first ``failures`` the way kafka-python expires
+    a batch after delivery_timeout_ms while the broker is down, the rest delivered."""
+
+    def __init__(self, failures: int = 0, error: Exception | None = None) -> None:
+        self.failures = failures
+        self.error = error or KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed")
+        self.sends = 0
+        self.delivered: list[tuple[str, bytes | None, bytes]] = []
+        self._in_flight: list[tuple[Future, tuple[str, bytes | None, bytes]]] = []
+
+    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> Future:
+        self.sends += 1
+        future = Future()
+        self._in_flight.append((future, (topic, key, value)))
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        for future, record in self._in_flight:
+            if self.failures:
+                self.failures -= 1
+                future.failure(self.error)
+            else:
+                self.delivered.append(record)
+                future.success(None)
+        self._in_flight = []
+
+
+def tokenized_trainer(tmp_path: Path, engine: FakeEngine) -> Trainer:
+    config = TrainerConfig(
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        rollout_batch_size=2,
+        update_weights_interval=0,
+        metrics_jsonl=None,
+    )
+    return Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
+
+
+def poll(t: Trainer, records: list[SimpleNamespace], out: OutageProducer) -> None:
+    """What ``Trainer._lead`` does with one poll's records, then the steps they fill."""
+    for r in records:
+        t._accept(r, out)  # type: ignore[arg-type]
+        t.positions[r.partition] = r.offset + 1
+    while t._batch_ready():
+        t._step(FlakyConsumer(failures=0), out, [])  # type: ignore[arg-type]
+
+
+def test_skip_counts_survive_a_restart_without_counting_twice(tmp_path: Path) -> None:
+    # Records past the checkpoint's offsets (read while the next batch filled) are
+    # read again after a kill -9: the checkpoint must not have counted them already.
+    topic = [
+        rec(sample(1), 0),
+        rec(sample(1), 1),  # duplicate
+        rec(sample(2, mask=0), 2),  # excluded
+        rec(sample(3), 3),
+        rec(sample(4, mask=0), 4),  # excluded
+        rec(sample(5), 5),  # pending when the step is checkpointed: offsets held at 5
+        rec(sample(5), 6),  # duplicate
+        SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=7),
+        rec(sample(6), 8),
+    ]
+    engine, out = FakeEngine(), OutageProducer()
+    first = tokenized_trainer(tmp_path, engine)
+    poll(first, topic[:8], out)
+    saved = engine.saved["trainer_state"]
+    assert saved["offsets"] == {"0": 5} and saved["step"] == 1
+    assert saved["skipped"] == {"duplicate": 1, "excluded:neutral_score": 2}
+    assert first.skipped == {"duplicate": 2, "excluded:neutral_score": 2, "invalid": 1}
+
+    restarted = tokenized_trainer(tmp_path, engine)  # killed: resume from the checkpoint
+    assert restarted.skipped == {"duplicate": 1, "excluded:neutral_score": 2}
+    poll(restarted, topic[restarted.positions[0] :], out)
+    saved = engine.saved["trainer_state"]
+    assert saved["offsets"] == {"0": 9} and saved["step"] == 2
+    assert saved["ledger"] == ["s:1", "s:3", "s:5", "s:6"]
+    real = {"duplicate": 2, "excluded:neutral_score": 2, "invalid": 1}
+    assert saved["skipped"] == real and restarted.skipped == real
+
+
+def test_dead_letters_are_delivered_after_an_outage_before_the_commit(
+    tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
+    garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
+    engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
+    t = tokenized_trainer(tmp_path, engine)
+    out = OutageProducer(failures=3)  # the broker stays down for three delivery timeouts
+    t._accept(garbage, out)  # type: ignore[arg-type]
+    t.positions[0] = 1
+    t._checkpoint_and_commit(consumer, out, [])  # type: ignore[arg-type]
+    assert out.sends == 4  # sent again after each failure (at-least-once)
+    assert [(topic, json.loads(v)["source"]) for topic, _k, v in out.delivered] == [
+        (t.settings.topics.deadletter.name, "samples.scored/0/0")
+    ]
+    assert engine.saved["trainer_state"]["offsets"] == {"0": 1}
+    assert [{tp.partition: m.offset for tp, m in c.items()} for c in consumer.committed] == [{0: 1}]
+    assert not t.outbox.records
+
+
+def test_a_stop_during_the_outage_leaves_the_dead_letters_to_the_restart(
+    tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
+    garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
+    engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
+    t = tokenized_trainer(tmp_path, engine)
+    out = OutageProducer(failures=10**6)
+    t._accept(garbage, out)  # type: ignore[arg-type]
+    t.positions[0] = 1
+    t.requests.stop = True
+    t._checkpoint_and_commit(consumer, out, [])  # type: ignore[arg-type]
+    # neither a checkpoint nor a commit past the undelivered record: it is read again
+    assert engine.saved == {} and consumer.committed == [] and len(t.outbox.records) == 1
+    refused = OutageProducer(error=MessageSizeTooLargeError("too large"), failures=1)
+    t.requests.stop = False  # a refusal that waiting cannot cure still fails loudly
+    with pytest.raises(BrokerError, match="could not be delivered"):
+        t._checkpoint_and_commit(consumer, refused, [])  # type: ignore[arg-type]
