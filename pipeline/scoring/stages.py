@@ -57,11 +57,28 @@ class DeadLetters:
     def __init__(self, topics: Topics) -> None:
         self.topic = topics.deadletter.name
         self.max_raw = topics.deadletter.max_message_bytes // 2
+        # what the broker would refuse: above max.message.bytes, less room for the batch
+        self.limits = {spec.name: spec.max_message_bytes - 1024 for spec in topics}
 
     def __call__(self, stage: str, error: str, source: str, raw: bytes | None) -> Out:
         metrics.DEAD_LETTERS.labels(stage).inc()
         record = dead_letter(stage, error, source, raw, time.time(), self.max_raw)
         return Out(self.topic, None, encode(record))
+
+    def unless_fits(self, stage: str, out: Out, what: str, source: str) -> Out:
+        """``out``, or a dead letter saying why when it is too large for its topic.
+
+        Kept here rather than sent: the broker would refuse it, a refused send stops
+        the worker, and the same record would stop the next one.
+        """
+        limit = self.limits[out.topic]
+        if len(out.value) <= limit:
+            return out
+        error = (
+            f"{what} is {len(out.value):,} bytes, above {out.topic} max.message.bytes "
+            f"less 1 KiB ({limit:,})"
+        )
+        return self(stage, error, source, out.value)
 
 
 class PairingStage:
@@ -69,8 +86,6 @@ class PairingStage:
 
     def __init__(self, topics: Topics, idle_timeout_s: float) -> None:
         self.paired_topic = topics.turns_paired.name
-        # a turn and its next state can each be near chat.turns' limit: room for the batch
-        self.max_pair_bytes = topics.turns_paired.max_message_bytes - 1024
         self.dead = DeadLetters(topics)
         self.idle_timeout_s = idle_timeout_s
 
@@ -109,15 +124,9 @@ class PairingStage:
         outs = []
         for pair in step.pairs:
             metrics.PAIRED.labels(str(pair.next_state is not None).lower()).inc()
-            value = encode(pair)
-            if len(value) > self.max_pair_bytes:  # the broker would refuse it: keep it here
-                error = (
-                    f"the pair of {pair.sample_id} is {len(value):,} bytes, above "
-                    f"{self.paired_topic} max.message.bytes less 1 KiB ({self.max_pair_bytes:,})"
-                )
-                outs.append(self.dead("pair", error, source, value))
-                continue
-            outs.append(Out(self.paired_topic, pair.route_key, value))
+            # a turn and its next state can each be near chat.turns' limit
+            out = Out(self.paired_topic, pair.route_key, encode(pair))
+            outs.append(self.dead.unless_fits("pair", out, f"the pair of {pair.sample_id}", source))
         state = step.state.to_dict() if step.state else None
         return PairResult(event.session_id, state, step.state is None, outs, step.outcome)
 
@@ -140,12 +149,6 @@ class JudgeStage:
     ) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
-        # what the broker would refuse is dead-lettered here (a refused send would stop
-        # the worker, and the same record would stop the next one)
-        self.max_bytes = {
-            spec.name: spec.max_message_bytes - 1024
-            for spec in (topics.samples_scored, topics.samples_retry)
-        }
         self.dead = DeadLetters(topics)
         self.judge = judge
         self.mode = mode
@@ -182,7 +185,8 @@ class JudgeStage:
             record = RetryRecord(
                 paired=paired, error=str(exc), attempts=paired.attempt, failed_ts=time.time()
             )
-            return [self._fitting(Out(self.retry_topic, paired.route_key, encode(record)), source)]
+            out = Out(self.retry_topic, paired.route_key, encode(record))
+            return [self.dead.unless_fits("score", out, f"the retry of {paired.sample_id}", source)]
         except Exception as exc:  # a bug must not lose the record: keep it, with the trace
             log.exception("scoring %s failed", paired.sample_id)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -192,18 +196,8 @@ class JudgeStage:
         record_sample_metrics(sample)
         if sample.next_state is not None:
             self.length_bias.observe(sample.score, len(sample.response.content or ""))
-        return [self._fitting(Out(self.scored_topic, session_key, encode(sample)), source)]
-
-    def _fitting(self, out: Out, source: str) -> Out:
-        """``out``, or a dead letter saying why when it is too large for its topic."""
-        limit = self.max_bytes[out.topic]
-        if len(out.value) <= limit:
-            return out
-        error = (
-            f"the record for {out.topic} is {len(out.value):,} bytes, above its "
-            f"max.message.bytes less 1 KiB ({limit:,})"
-        )
-        return self.dead("score", error, source, out.value)
+        out = Out(self.scored_topic, session_key, encode(sample))
+        return [self.dead.unless_fits("score", out, f"the sample of {sample.sample_id}", source)]
 
 
 def record_sample_metrics(sample: Sample) -> None:

@@ -67,7 +67,7 @@ def test_a_sample_too_large_for_its_topic_is_a_dead_letter_not_a_refused_send() 
 
     topics = Settings().topics
     stage = JudgeStage(topics, RulesJudge(), "rl")
-    stage.max_bytes[topics.samples_scored.name] = 4_000  # as if samples.scored were small
+    stage.dead.limits[topics.samples_scored.name] = 4_000  # as if samples.scored were small
     turn = Turn(
         type="turn",
         session_id="s",
