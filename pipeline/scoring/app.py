@@ -1,7 +1,8 @@
 """The scoring worker: a Faust app with a pairing agent and a judging agent.
 
 - ``pair`` reads chat.turns in order per partition, keeps each session's state
-  in the ``sessions`` table (changelog-backed), and emits pairs.
+  in the ``sessions`` table (changelog-backed, written only once the pairs a
+  state change implies are stored: pipeline.scoring.sessions), and emits pairs.
 - ``judge`` reads turns.paired and keeps up to ``window`` pairs being judged at
   once, emitting and acknowledging them in arrival order, so offsets are
   committed only for records whose result was delivered.
@@ -27,11 +28,12 @@ from faust.types import TP, StreamT
 from pipeline.errors import ConfigError
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
-from pipeline.scoring.delivery import InOrderAcks, Then
+from pipeline.scoring.delivery import Durable, InOrderAcks, Then
 from pipeline.scoring.guard import OffsetGuard, Record, kafka_guard
 from pipeline.scoring.handover import Handled, commit_handed_over, commit_idle
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.score import HttpJudge, Judge, RulesJudge, judge_identity
+from pipeline.scoring.sessions import SessionTable
 from pipeline.scoring.stages import JudgeStage, Out, PairingStage
 from pipeline.scoring.teacher import PolicyTokenizer, Teacher
 from pipeline.settings import Settings
@@ -189,7 +191,9 @@ def build_app(
             topics.deadletter,
         )
     }
-    sessions = app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
+    sessions = SessionTable(
+        app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)
+    )
     pairing = PairingStage(topics, s.idle_timeout_s)
     judging = JudgeStage(topics, judge, s.mode, teacher, rewards=rewards, groups=groups)
 
@@ -257,13 +261,14 @@ def build_app(
         manual = stream.noack()  # type: ignore[attr-defined]
         acks, then = acknowledger(manual)
 
-        async def apply(raw: bytes | None, key: bytes | None, where: str) -> list[Any]:
+        async def apply(
+            raw: bytes | None, key: bytes | None, where: str, partition: int, writes: list[Any]
+        ) -> list[Any]:
             result = pairing.handle(raw, key, where, sessions.get)
             if result.session_id is not None:
-                if result.forget:
-                    sessions.pop(result.session_id, None)
-                else:
-                    sessions[result.session_id] = result.state
+                state = None if result.forget else result.state
+                sessions.set(result.session_id, state)
+                writes.append((partition, result.session_id, state))
             return await delivered(result.outs)
 
         acker = asyncio.ensure_future(acks.run())
@@ -271,11 +276,18 @@ def build_app(
             async for event in manual.events():
                 busy[0] += 1  # until its acknowledgement
                 try:
-                    deliveries = []
+                    deliveries: list[Any] = []
+                    writes: list[tuple[int, str, dict[str, Any] | None]] = []
                     for rec in await recovered(event.message):
-                        deliveries += await apply(rec.value, rec.key, rec.where)
-                    deliveries += await apply(event.value, event.key, _where(event.message))
-                    await acks.add(deliveries, then(event))
+                        deliveries += await apply(
+                            rec.value, rec.key, rec.where, rec.partition, writes
+                        )
+                    m = event.message
+                    deliveries += await apply(
+                        event.value, event.key, _where(m), m.partition, writes
+                    )
+                    # the session states go to the changelog once the pairs they imply are stored
+                    await acks.add(deliveries, then(event), _persisting(sessions, writes))
                 except BaseException:
                     busy[0] -= 1
                     raise
@@ -389,6 +401,13 @@ def build_app(
                 del flagged[session_id]
 
     return app
+
+
+def _persisting(sessions: SessionTable, writes: list[tuple[int, str, Any]]) -> Durable | None:
+    """The durable step of one input: its session-state changes, in order."""
+    if not writes:
+        return None
+    return lambda: [sessions.persist(partition, sid, state) for partition, sid, state in writes]
 
 
 def _where(message: Any) -> str:

@@ -56,7 +56,7 @@ async def test_a_failed_delivery_stops_acknowledgements_and_is_reported() -> Non
     assert acked == [] and [str(f) for f in failures] == ["MessageSizeTooLargeError"]
     with pytest.raises(DeliveryFailed, match="MessageSizeTooLarge"):
         await acks.add([], ack_b)
-    assert acks.drop() == 1  # b stays unacknowledged: read again by the next owner
+    assert acks.drop() == 2  # a and b stay unacknowledged: read again by the next owner
 
 
 def test_a_sample_too_large_for_its_topic_is_a_dead_letter_not_a_refused_send() -> None:
@@ -89,3 +89,61 @@ def test_a_sample_too_large_for_its_topic_is_a_dead_letter_not_a_refused_send() 
     letter = decode_as(DeadLetter, out.value)
     assert letter.stage == "score" and letter.source == "turns.paired/0/9"
     assert topics.samples_scored.name in letter.error and "max.message.bytes" in letter.error
+
+
+async def test_the_durable_step_starts_only_once_outputs_are_stored_and_gates_the_ack() -> None:
+    """A session-state change goes to the log after the pairs it implies, never before."""
+    events: list[str] = []
+    acks = InOrderAcks(8, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    loop = asyncio.get_running_loop()
+    pair_a, pair_b = loop.create_future(), loop.create_future()
+    state_a, state_b = loop.create_future(), loop.create_future()
+
+    def durable(name: str, stored: asyncio.Future[str]):  # type: ignore[no-untyped-def]
+        def start() -> list[asyncio.Future[str]]:
+            events.append(f"write {name}")
+            return [stored]
+
+        return start
+
+    def then(name: str):  # type: ignore[no-untyped-def]
+        async def ack() -> None:
+            events.append(f"ack {name}")
+
+        return ack
+
+    await acks.add([pair_a], then("a"), durable("a", state_a))
+    await acks.add([pair_b], then("b"), durable("b", state_b))
+    pair_b.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == []  # a's pair is not stored: no state may be written, not even b's
+    pair_a.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b"]  # in arrival order, acks still held
+    assert acks.pending == 2
+    state_b.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b"]  # b's state is stored, a's is not: no ack yet
+    state_a.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b", "ack a", "ack b"]
+    assert acks.pending == 0
+    runner.cancel()
+
+
+async def test_a_refused_state_write_stops_acknowledgements_like_a_refused_output() -> None:
+    failures: list[BaseException] = []
+    acked: list[str] = []
+    acks = InOrderAcks(8, on_failure=failures.append)
+    runner = asyncio.ensure_future(acks.run())
+    refused = asyncio.get_running_loop().create_future()
+    refused.set_exception(RuntimeError("changelog refused"))
+
+    async def ack() -> None:
+        acked.append("a")
+
+    await acks.add([], ack, lambda: [refused])
+    await asyncio.wait_for(runner, 1)
+    assert acked == [] and [str(f) for f in failures] == ["changelog refused"]
+    assert acks.drop() == 1

@@ -1,0 +1,53 @@
+"""The pairing agent's session table: its durable copy never runs ahead of the pairs it implies.
+
+Faust writes a table's changelog record the moment a key is set, before the
+agent's outputs for the same record are stored. A worker killed in between
+restarts with the new state (say, ``pending`` = turn 2) while the pair that
+state change emitted (turn 1 with turn 2 as its next state) never reached the
+broker; the re-read turn 2 is then a duplicate, and the pair is lost.
+
+So the agent sets a session's new state in memory at once (the session's next
+record needs it) and writes its changelog record only once the record's
+outputs are stored (:meth:`SessionTable.persist`, the durable step of
+pipeline.scoring.delivery), and acknowledges its input only once that record
+is stored too. A kill before the changelog record lands restarts from the
+older state: the input is read again and its pairs emitted again (duplicates,
+which downstream collapses by sample_id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+
+class SessionTable:
+    """A Faust table of session states, written in memory now and to its changelog later."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def get(self, session_id: str) -> dict[str, Any] | None:
+        return self.table.data.get(session_id)
+
+    def set(self, session_id: str, state: dict[str, Any] | None) -> None:
+        """The new state in memory only (None forgets the session)."""
+        if state is None:
+            self.table.data.pop(session_id, None)
+        else:
+            self.table.data[session_id] = state
+
+    def persist(
+        self, partition: int, session_id: str, state: dict[str, Any] | None
+    ) -> Awaitable[Any]:
+        """Write ``state`` to the changelog (a tombstone for None); resolves once stored.
+
+        ``partition`` is the input record's: a table's changelog is partitioned
+        like the topic it is keyed from.
+        """
+        if state is None:
+            return self.table.send_changelog(partition, session_id, None, value_serializer="raw")
+        return self.table.send_changelog(partition, session_id, state)
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        return list(self.table.data.items())
