@@ -11,11 +11,15 @@ produced to fresh topics for each run:
   Lost = main turns without a sample (must be 0); duplicates = extra records
   for a sample_id already there (the trainer collapses them by sample_id).
 
+Worker CPU per judged pair: the workers' user + system CPU seconds from the
+first judge call to the last scored sample, over the pairs with a next state
+(each judged with m=3 calls; the others pass through without a call).
+
 Prints a table, writes benchmarks/results/scaleout.json and scaleout.png.
 On a machine with fewer cores than processes (broker, simulator, workers) the
 ratio says how much the second worker can still add there.
 
-    python benchmarks/scaleout.py [--sessions 600]
+    python benchmarks/scaleout.py [--sessions 600] [--only-one]
 """
 
 from __future__ import annotations
@@ -44,11 +48,20 @@ from common import (
     wait_http,
     write_result,
 )
-from workload import generate
+from workload import generate, judged_pairs
 
 from pipeline.broker.local import free_port_pair
 from pipeline.settings import Settings
 from pipeline.topics import admin
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scored_count(settings: Settings) -> int:
@@ -59,6 +72,7 @@ def run(
     base: Settings,
     workload: Path,
     expected: set[tuple[str, int]],
+    judged: int,
     url: str,
     tmp: Path,
     workers: int,
@@ -84,6 +98,7 @@ def run(
                 sys.exit(f"a worker exited; see the logs in {tmp}")
             time.sleep(0.05)
         began = time.monotonic()
+        cpu_at_first_call = {p.pid: cpu_seconds(p.pid) for p in procs}
         joined_at = None
         deadline = began + 900
         while (done := scored_count(settings)) < len(expected):
@@ -94,6 +109,8 @@ def run(
                 sys.exit(f"a worker exited or the run did not finish; see the logs in {tmp}")
             time.sleep(0.1)
         seconds = time.monotonic() - began
+        # start-up before the first judge call is left out; a joining worker's is in
+        cpu = sum(cpu_seconds(p.pid) - cpu_at_first_call.get(p.pid, 0.0) for p in procs)
         time.sleep(3)  # anything still in flight (a duplicate) lands before the count
     finally:
         for proc in procs:
@@ -114,6 +131,8 @@ def run(
         "seconds": round(seconds, 2),
         "samples_per_s": round(len(expected) / seconds, 1),
         "samples": len(expected),
+        "worker_cpu_s": round(cpu, 2),
+        "worker_cpu_ms_per_judged_pair": round(1000 * cpu / judged, 3),
         "lost": lost,
         "duplicates": duplicates,
         "paired_duplicates": sum(n - 1 for n in paired.values()),  # from the pairing stage
@@ -143,6 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=600)
     parser.add_argument("--join-at", type=float, default=1 / 3, help="share of samples scored")
+    parser.add_argument("--only-one", action="store_true", help="the 1-worker run alone")
     args = parser.parse_args()
     lines = generate(args.sessions, seed=11)
     expected = {
@@ -150,6 +170,7 @@ def main() -> None:
         for e in map(orjson.loads, lines)
         if e["type"] == "turn" and e["turn_type"] == "main"
     }
+    judged = judged_pairs(lines)
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name, broker(Path(tmp_name)) as settings:
         tmp = Path(tmp_name)
@@ -164,17 +185,18 @@ def main() -> None:
         )  # fmt: skip
         try:
             wait_http(url + "/health", sim, tmp / "sim.log")
-            for label, workers, join_at in (
+            runs = [
                 ("1 worker", 1, None),
                 ("2 workers", 2, None),
                 ("1 + 1 joining", 2, args.join_at),
-            ):
+            ]
+            for label, workers, join_at in runs[:1] if args.only_one else runs:
                 print(f"{label} ...", flush=True)
-                rows.append({"label": label, **run(settings, workload, expected, url, tmp,
-                                                   workers, join_at)})  # fmt: skip
+                rows.append({"label": label, **run(settings, workload, expected, judged, url,
+                                                   tmp, workers, join_at)})  # fmt: skip
         finally:
             stop(sim)
-    ratio = round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3)
+    ratio = round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3) if len(rows) > 1 else None
     result = write_result(
         "scaleout",
         {"sessions": args.sessions, "judge_latency_ms": 0, "ratio_2_over_1": ratio, "runs": rows},
@@ -182,12 +204,15 @@ def main() -> None:
     chart(rows, RESULTS / "scaleout.png")
     print(f"\ncores={result['cores']} commit={result['commit']} samples={len(expected)} "
           f"(one per main turn)")  # fmt: skip
-    print(f"{'run':<16}{'samples/s':>10}{'seconds':>9}{'lost':>6}{'dup':>6}{'joined at':>11}")
+    print(f"{'run':<16}{'samples/s':>10}{'seconds':>9}{'lost':>6}{'dup':>6}{'joined at':>11}"
+          f"{'CPU ms/judged pair':>20}")  # fmt: skip
     for r in rows:
         joined = r["second_joined_at_samples"] if r["second_joined_at_samples"] is not None else "-"
+        cpu = r["worker_cpu_ms_per_judged_pair"]
         print(f"{r['label']:<16}{r['samples_per_s']:>10}{r['seconds']:>9}{r['lost']:>6}"
-              f"{r['duplicates']:>6}{joined:>11}")  # fmt: skip
-    print(f"{'ratio 2/1':<16}{ratio:>10}")
+              f"{r['duplicates']:>6}{joined:>11}{cpu:>20}")  # fmt: skip
+    if ratio is not None:
+        print(f"{'ratio 2/1':<16}{ratio:>10}")
 
 
 if __name__ == "__main__":
