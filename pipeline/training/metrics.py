@@ -58,6 +58,15 @@ class MetricsSink:
             self.writer = SummaryWriter(tensorboard_dir)
         self._skipped: dict[str, int] = {}
 
+    @classmethod
+    def of_rank(cls, config: Any, rank: int) -> MetricsSink:
+        """Rank 0's sink as configured; other ranks record nothing."""
+        if rank != 0:
+            return cls(None, 0, None)
+        return cls(
+            config.metrics_jsonl, config.metrics_port, config.tensorboard_dir, config.metrics_host
+        )
+
     def record(self, row: dict[str, Any]) -> None:
         for name in STEP_FIELDS:
             value = row.get(name)
