@@ -160,6 +160,7 @@ def build_sample(
         turn_index=turn.turn_index,
         messages=list(turn.messages),
         response=turn.response,
+        tools=turn.tools,
         next_state=paired.next_state,
         prompt_ids=turn.prompt_ids,
         response_ids=turn.response_ids,

@@ -10,6 +10,7 @@ offsets, so a restart that reads the rest again does not count them twice.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,10 @@ from pipeline.events import Sample, decode_as
 from pipeline.scoring.stages import DeadLetters
 from pipeline.training.batch import TokenizedSample, tokenize_sample
 from pipeline.training.config import TrainerConfig
+from pipeline.training.metrics import TEACHER_MISALIGNED
 from pipeline.training.outbox import Outbox
 
+log = logging.getLogger(__name__)
 LEDGER_SIZE = 1_000_000
 
 
@@ -90,6 +93,9 @@ class Intake:
         tok = tokenize_sample(
             sample, self.tokenizer, self.config.max_seq_len, self.config.group_advantage
         )
+        if tok.teacher_misaligned:
+            TEACHER_MISALIGNED.inc()
+            log.warning("%s: teacher log-probs do not cover its response tokens", tok.sample_id)
         self.pending.append(Pending(tok, rec.partition, rec.offset))
         self.pending_ids.add(sample.sample_id)
 

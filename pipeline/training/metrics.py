@@ -15,6 +15,10 @@ STEP_FIELDS = (
     "pg_loss",
     "pg_clipfrac",
     "ppo_kl",
+    "rollout_kl",
+    "tis_weight_mean",
+    "tis_clipfrac",
+    "topk_kl",
     "entropy",
     "kl",
     "reward_mean",
@@ -31,6 +35,11 @@ GAUGES = {
 }
 SKIPPED = Counter(
     "turnstream_trainer_samples_skipped_total", "samples not trained, by reason", ["reason"]
+)
+TEACHER_MISALIGNED = Counter(
+    "turnstream_trainer_teacher_misaligned_total",
+    "samples whose teacher log-probs did not cover their response tokens (trained without "
+    "an OPD signal)",
 )
 
 

@@ -23,7 +23,7 @@ from pipeline.broker.clients import producer
 from pipeline.replay.ranges import TopicRange
 from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
-from pipeline.training.batch import TokenizedSample, micro_batches
+from pipeline.training.batch import TokenizedSample, micro_batches, step_totals
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag
 from pipeline.training.config import TrainerConfig
 from pipeline.training.intake import Intake
@@ -155,7 +155,7 @@ class Trainer:
                 return self.state
             if message["kind"] == "step":
                 mbs = self._micro_batches(message["shards"][self.rank])
-                metrics = self.engine.train_step(mbs, message["total"])
+                metrics = self.engine.train_step(mbs, message["tokens"], message["samples"])
                 self.state.step = metrics.step
             self.checkpoints.save(None, message["tag"])
 
@@ -177,11 +177,12 @@ class Trainer:
 
     def _step(self, out: KafkaProducer) -> None:
         samples = self.intake.take_batch()
-        total = sum(len(s.response_ids) for s in samples)
+        tokens, count = step_totals(samples)
         shards = self._shards(samples)
         tag = step_tag(self.state.step + 1)
-        self._broadcast({"kind": "step", "shards": shards, "total": total, "tag": tag})
-        metrics = self.engine.train_step(self._micro_batches(shards[0]), total)
+        message = {"kind": "step", "shards": shards, "tokens": tokens, "samples": count}
+        self._broadcast({**message, "tag": tag})
+        metrics = self.engine.train_step(self._micro_batches(shards[0]), tokens, count)
         versions = [s.policy_version for s in samples if s.policy_version is not None]
         staleness = (
             sum(self.state.policy_version - v for v in versions) / len(versions)

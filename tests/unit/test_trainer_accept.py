@@ -91,6 +91,20 @@ def test_commit_offsets_hold_back_to_the_oldest_untrained_sample() -> None:
     assert t.held_offsets({0: 7, 1: 40}) == {0: 5, 1: 40}
 
 
+def test_a_sample_whose_teacher_misses_tokens_trains_without_it_and_is_counted() -> None:
+    from prometheus_client import REGISTRY
+
+    name = "turnstream_trainer_teacher_misaligned_total"
+    before = REGISTRY.get_sample_value(name) or 0  # process-wide: compare with the increase
+    t = intake(mode="opd")
+    short = sample(1).model_copy(update={"mode": "opd", "teacher_logprobs": []})
+    covered = sample(2).model_copy(update={"mode": "opd", "teacher_logprobs": [-0.5]})
+    for s in (short, covered):
+        t.accept(rec(s), None, policy_version=0)
+    assert [p.sample.teacher_logprobs for p in t.pending] == [None, [-0.5]]
+    assert REGISTRY.get_sample_value(name) == before + 1
+
+
 def test_ledger_is_bounded_and_the_log_follows_the_checkpoint(tmp_path: Path) -> None:
     ledger = Ledger(["a", "b"], size=2)
     ledger.add("c")
@@ -145,9 +159,10 @@ class FakeEngine:
         self.steps = 0
         self.saved: dict = {}
 
-    def train_step(self, batches: list, tokens: int) -> StepMetrics:
+    def train_step(self, batches: list, tokens: int, samples: int) -> StepMetrics:
         self.steps += 1
         n = sum(len(mb.input_ids) for mb in batches)
+        assert n == samples
         zeros = dict.fromkeys(("loss", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "kl"), 0.0)
         return StepMetrics(
             step=self.steps,
