@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import pytest
 import torch
 from aiohttp.test_utils import TestServer
 
-from pipeline.events import Paired, Sample, Turn, decode_input
+from pipeline.events import JudgeIdentity, Paired, Sample, Turn, decode_input
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.score import HttpJudge, judge_identity, score_pair
-from pipeline.scoring.teacher import HINT_MARKER, PolicyTokenizer, Teacher, with_hint
+from pipeline.scoring.judge.voting import EvalResult, HintResult
+from pipeline.scoring.score import HttpJudge, build_sample, judge_identity, score_pair
+from pipeline.scoring.teacher import HINT_MARKER, PolicyTokenizer, Teacher, TeacherOutput, with_hint
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 from pipeline.training.batch import collate, tokenize_sample
 
@@ -187,6 +189,57 @@ async def test_combine_has_eval_votes_hint_and_teacher(tiny_tokenizer: Path) -> 
     assert sample.judge_calls == 4  # 3 eval votes + 1 hint vote
     assert sample.hint and sample.teacher_logprobs is not None
     assert len(sample.teacher_logprobs) == 3  # the two ids and the end-of-turn token
+
+
+async def test_combine_asks_eval_and_hint_votes_at_the_same_time() -> None:
+    latency_s = 0.5
+    sim = JudgeSimulator(SimConfig(agreement=1.0, vote_dist={1: 1.0}, latency_ms=latency_s * 1000))
+    server = TestServer(sim.app(), host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+    try:
+        async with JudgeClient(JudgeConfig(backend="sglang", urls=[url])) as client:
+            judge = HttpJudge(client, judge_identity("sglang", "sim", [url]), m=3)
+            started = time.monotonic()
+            sample = await score_pair(paired(), judge, "combine")
+            elapsed = time.monotonic() - started
+    finally:
+        await server.close()
+    assert sample.judge_calls == 4 and sample.hint is not None
+    assert latency_s <= elapsed < 1.5 * latency_s  # one after the other would take 2 L
+    assert sim.stats.max_in_flight == 4
+
+
+IDENTITY = JudgeIdentity(backend="sglang", prompt_version="v1")
+TEACHER = TeacherOutput([-1.0, -2.0], None)
+
+
+@pytest.mark.parametrize(
+    ("eval_score", "hint", "first_judged", "expected"),
+    [
+        (1.0, "Quote the exact figure.", False, (1, None, 1.0, True)),  # combined sample
+        (-1.0, None, False, (1, None, -1.0, False)),  # RL-only
+        (0.0, "Quote the exact figure.", False, (1, None, 0.0, True)),  # OPD-only, reward 0
+        (0.0, "Quote the exact figure.", True, (1, None, 0.0, True)),
+        (0.0, None, False, (0, "neutral_score", 0.0, False)),  # neither: nothing to learn
+        (0.0, None, True, (0, "neutral_score", 0.0, False)),  # no at-least-one in combine
+    ],
+)
+def test_combine_keeps_a_turn_with_either_signal(
+    eval_score: float, hint: str | None, first_judged: bool, expected: tuple
+) -> None:
+    pair = paired([5, 6]).model_copy(update={"first_judged": first_judged})
+    ev = EvalResult(eval_score, [int(eval_score)] * 3, 3, 0.0)
+    hi = HintResult(hint, [1 if hint else -1], 1, 0.0)
+    teacher = TEACHER if hint else None
+    sample = build_sample(pair, IDENTITY, "combine", ev, hi, 0.1, teacher)
+    got = (
+        sample.loss_mask,
+        sample.exclude_reason,
+        sample.score,
+        sample.teacher_logprobs is not None,
+    )
+    assert got == expected
 
 
 def test_opd_needs_sglang_and_a_policy_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
