@@ -1,7 +1,8 @@
 """Trainer step throughput vs a plain PyTorch loop, and padding with/without bucketing.
 
-Both sides run the same loss (PPO clipped surrogate on rl advantages, token
-mean) on the same tiny random model and the same batch; the plain loop uses
+Both sides run the same loss (``losses.policy_loss`` on rl advantages,
+aggregated by the default ``loss_agg``) on the same tiny random model and the
+same batch; the plain loop uses
 torch.optim.AdamW with no DeepSpeed. Tokens/s counts response tokens trained.
 Prints a table and writes benchmarks/results/trainer.json.
 
@@ -64,20 +65,29 @@ def workload(n: int, seed: int = 0) -> list[TokenizedSample]:
 
 
 def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, mbs: list, config) -> int:  # type: ignore[no-untyped-def,type-arg]
-    total = sum(mb.tokens for mb in mbs)
+    agg = config.loss_agg
+    units = sum(losses.agg_units(mb.response_mask, agg) for mb in mbs)
     with torch.no_grad():
         olds = [token_logprobs(model, mb)[0] for mb in mbs]
     opt.zero_grad()
     for mb, old in zip(mbs, olds, strict=True):
         logp, _ = token_logprobs(model, mb)
         adv = losses.rl_advantages(mb.rewards, mb.response_mask)
-        stats = losses.ppo_clip_loss(
-            logp, old, adv, mb.response_mask, config.eps_clip, config.eps_clip_high
+        stats = losses.policy_loss(
+            logp,
+            old,
+            mb.rollout_logprobs,
+            adv,
+            mb.response_mask,
+            eps=config.eps_clip,
+            eps_high=config.eps_clip_high,
+            tis_clip=config.tis_clip,
+            agg=agg,
         )
-        (stats.pg_loss * mb.tokens / total).backward()
+        (stats.pg_loss * losses.agg_units(mb.response_mask, agg) / units).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     opt.step()
-    return total
+    return sum(mb.tokens for mb in mbs)
 
 
 def main() -> None:

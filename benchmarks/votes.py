@@ -3,8 +3,9 @@
 For each per-call agreement level, the same turns are judged over real HTTP by
 the simulator (a test double) in both vote modes, and the call counts are
 compared. Label equality is checked on identical vote sequences: each
-sequence of three votes the simulator produced is scored by the fixed rule
-(majority of three) and by the early-stop rule (stop after two agreeing votes).
+sequence of three votes the simulator produced in fixed mode is fed, by a
+scripted judge client, to the production early-stop path (``eval_votes``)
+and its score compared with the majority of all three.
 Prints a table and writes benchmarks/results/votes.json.
 
     python benchmarks/votes.py [--turns 2000] [--agreement 0.6 0.8 0.95]
@@ -21,10 +22,11 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestServer
 
-from pipeline.scoring.judge import early_stop_outcome, majority_vote
+from pipeline.scoring.judge import majority_vote
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
 from pipeline.scoring.judge.voting import eval_votes
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
+from pipeline.testing.scripted_judge import ScriptedJudgeClient
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -50,18 +52,24 @@ async def measure(agreement: float, turns: int) -> dict[str, float]:
                     sequences = [r.votes for r in results]
     finally:
         await server.close()
-    differences = sum(early_stop_outcome(seq) != majority_vote(seq) for seq in sequences)
-    saved_if_early = sum(
-        3 - (2 if seq[0] is not None and seq[0] == seq[1] else 3) for seq in sequences
-    )
+    differences, early_calls = 0, 0
+    for seq in sequences:
+        replayed = await eval_votes(
+            ScriptedJudgeClient(seq),  # type: ignore[arg-type]
+            "answer",
+            "user",
+            "reply",
+            m=3,
+            vote_mode="early_stop",
+        )
+        differences += replayed.score != majority_vote(seq)
+        early_calls += replayed.judge_calls
     return {
         "agreement": agreement,
         "turns": turns,
         "calls_per_turn_fixed": round(calls["fixed"] / turns, 3),
         "calls_per_turn_early_stop": round(calls["early_stop"] / turns, 3),
-        "calls_per_turn_early_stop_on_fixed_sequences": round(
-            (calls["fixed"] - saved_if_early) / turns, 3
-        ),
+        "calls_per_turn_early_stop_on_fixed_sequences": round(early_calls / turns, 3),
         "label_differences_on_identical_sequences": differences,
     }
 

@@ -50,6 +50,9 @@ class Response(_Strict):
 
     content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning_content: str | None = Field(
+        None, description="a thinking model's reasoning, trained where the chat template renders it"
+    )
 
 
 class NextState(_Strict):
@@ -166,6 +169,9 @@ class Sample(_Strict):
     turn_index: int = Field(ge=0)
     messages: list[ChatMessage]
     response: Response
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="the turn's tool definitions (the chat template renders them)"
+    )
     next_state: NextState | None
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None

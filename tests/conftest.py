@@ -78,3 +78,31 @@ def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     corpus = (REPO / "examples" / "sessions.jsonl").read_text().splitlines()[:60]
     return make_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"), corpus, vocab_size=400)
+
+
+HEADER_TEMPLATE = (
+    "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{% if m.get('reasoning_content') %}<think>{{ m['reasoning_content'] }}</think>\n{% endif %}"
+    "{% if m['content'] is string %}{{ m['content'] }}{% endif %}"
+    "{% for c in m.get('tool_calls') or [] %}"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
+    "{% endfor %}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def header_tokenizer(tiny_tokenizer: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny tokenizer with another chat template: header tokens, an explicit
+    end-of-turn token ``<|eot_id|>`` as eos, and reasoning_content in ``<think>``."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer), local_files_only=True)
+    tok.add_special_tokens(
+        {"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}
+    )
+    tok.eos_token = "<|eot_id|>"
+    tok.chat_template = HEADER_TEMPLATE
+    out = tmp_path_factory.mktemp("header-tokenizer")
+    tok.save_pretrained(str(out))
+    return out

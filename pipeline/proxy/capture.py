@@ -120,6 +120,7 @@ class Captured:
     token_ids: list[int] | None = None
     prompt_ids: list[int] | None = None
     finish_reason: str | None = None
+    reasoning_content: str | None = None  # a thinking model's, trained where rendered
 
     @property
     def empty(self) -> bool:
@@ -137,6 +138,10 @@ def _logprob_values(logprobs: Any) -> list[float] | None:
     return out if len(out) == len(values) else None
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def _int_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
         return list(value)
@@ -152,6 +157,7 @@ def from_completion(data: Any) -> Captured:
     return Captured(
         content=message.get("content") or None,
         tool_calls=message.get("tool_calls") or None,
+        reasoning_content=_text(message.get("reasoning_content")),
         logprobs=_logprob_values(choice.get("logprobs")),
         token_ids=_int_list(choice.get("token_ids")),
         prompt_ids=_int_list(data.get("prompt_token_ids")),
@@ -165,6 +171,7 @@ class StreamAssembler:
 
     _buffer: bytes = b""
     _content: list[str] = field(default_factory=list)
+    _reasoning: list[str] = field(default_factory=list)
     _tools: dict[int, dict[str, Any]] = field(default_factory=dict)
     _logprobs: list[Any] = field(default_factory=list)
     _ids: list[int] = field(default_factory=list)
@@ -204,6 +211,8 @@ class StreamAssembler:
         delta = choice.get("delta") or {}
         if isinstance(delta.get("content"), str):
             self._content.append(delta["content"])
+        if isinstance(delta.get("reasoning_content"), str):
+            self._reasoning.append(delta["reasoning_content"])
         for call in delta.get("tool_calls") or []:
             slot = self._tools.setdefault(
                 int(call.get("index", 0)),
@@ -232,6 +241,7 @@ class StreamAssembler:
         return Captured(
             content="".join(self._content) or None,
             tool_calls=tools,
+            reasoning_content="".join(self._reasoning) or None,
             logprobs=_logprob_values({"content": self._logprobs}),
             token_ids=self._ids or None,
             prompt_ids=self._prompt_ids,
@@ -262,7 +272,11 @@ def build_turn(
         "turn_index": turn_index,
         "turn_type": meta.turn_type,
         "messages": body.get("messages"),
-        "response": {"content": captured.content, "tool_calls": captured.tool_calls},
+        "response": {
+            "content": captured.content,
+            "tool_calls": captured.tool_calls,
+            "reasoning_content": captured.reasoning_content,
+        },
         "tools": body.get("tools") or None,
         "prompt_ids": captured.prompt_ids,
         "response_ids": captured.token_ids,

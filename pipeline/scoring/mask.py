@@ -28,3 +28,20 @@ def decide_mask(score: float, has_next_state: bool, first_judged: bool) -> MaskD
     if score == 0 and not first_judged:
         return MaskDecision(0, "neutral_score", False)
     return MaskDecision(1, None, promoted=score == 0)
+
+
+def decide_combine_mask(score: float, has_next_state: bool, hint_accepted: bool) -> MaskDecision:
+    """Combine mode: a turn trains when it has an eval score of ±1 or an accepted hint.
+
+    As the reference's combine dispatch: both signals make one sample with both
+    advantage terms; a hint with an eval score of 0 is an OPD-only sample
+    (reward 0, teacher - old); ±1 without a hint is RL-only; neither is
+    excluded. The at-least-one guarantee does not apply here (the reference's
+    combine mode submits nothing for such a turn): promoted, a turn with score 0
+    and no teacher would have advantage 0 on every token.
+    """
+    if not has_next_state:
+        return MaskDecision(0, "no_next_state", False)
+    if score == 0 and not hint_accepted:
+        return MaskDecision(0, "neutral_score", False)
+    return MaskDecision(1, None, False)

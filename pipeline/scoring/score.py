@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pipeline.events import JudgeIdentity, Paired, Sample
+from pipeline.events import ExcludeReason, JudgeIdentity, Paired, Sample
 from pipeline.scoring.judge.client import JudgeClient
 from pipeline.scoring.judge.prompts import PROMPT_VERSION, render_content, render_response
 from pipeline.scoring.judge.voting import (
@@ -18,7 +18,7 @@ from pipeline.scoring.judge.voting import (
     eval_votes,
     hint_votes,
 )
-from pipeline.scoring.mask import decide_mask
+from pipeline.scoring.mask import decide_combine_mask, decide_mask
 from pipeline.scoring.teacher import Teacher, TeacherOutput
 
 Mode = Literal["rl", "opd", "combine"]
@@ -133,6 +133,19 @@ async def score_pair(
     return build_sample(paired, judge.identity, mode, ev, hi, judge_s, teacher_out)
 
 
+def _mask(
+    paired: Paired, mode: Mode, score: float, hinted: bool
+) -> tuple[int, ExcludeReason | None]:
+    has_next = paired.next_state is not None
+    if mode == "combine":
+        decision = decide_combine_mask(score, has_next, hinted)
+    else:
+        decision = decide_mask(score, has_next, paired.first_judged)
+    if mode == "opd":
+        return (1, None) if hinted else (0, decision.exclude_reason or "no_hint")
+    return decision.loss_mask, decision.exclude_reason
+
+
 def build_sample(
     paired: Paired,
     identity: JudgeIdentity,
@@ -142,13 +155,15 @@ def build_sample(
     judge_s: float,
     teacher: TeacherOutput | None = None,
 ) -> Sample:
-    """The scored sample of a pair, with votes, mask and reason."""
-    turn, has_next = paired.turn, paired.next_state is not None
+    """The scored sample of a pair, with votes, mask and reason.
+
+    rl: :func:`decide_mask`; opd: trained when a hint was accepted; combine:
+    :func:`decide_combine_mask` (an accepted hint with an eval score of 0 is an
+    OPD-only sample).
+    """
+    turn = paired.turn
     score = ev.score if ev else 0.0
-    decision = decide_mask(score, has_next, paired.first_judged)
-    mask, reason = decision.loss_mask, decision.exclude_reason
-    if mode == "opd":
-        mask, reason = (1, None) if hi and hi.hint else (0, reason or "no_hint")
+    mask, reason = _mask(paired, mode, score, hi is not None and hi.hint is not None)
     votes = (ev.votes if ev else []) + (hi.votes if hi and mode == "opd" else [])
     calls = (ev.judge_calls if ev else 0) + (hi.judge_calls if hi else 0)
     timings = {"judge_s": round(judge_s, 6)}
@@ -160,6 +175,7 @@ def build_sample(
         turn_index=turn.turn_index,
         messages=list(turn.messages),
         response=turn.response,
+        tools=turn.tools,
         next_state=paired.next_state,
         prompt_ids=turn.prompt_ids,
         response_ids=turn.response_ids,

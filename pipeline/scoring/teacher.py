@@ -2,9 +2,9 @@
 
 The teacher prompt is the turn's prompt with the selected hint appended to the
 last user message (or to the last message if there is none), rendered with
-the policy's chat template. The response tokens are the turn's own
-``response_ids`` when it has them, else the response text tokenised by the
-same tokenizer. SGLang ``/generate`` then returns the log-prob of each
+the policy's chat template. The response tokens are exactly the ones the
+trainer trains on (:func:`pipeline.turn_tokens.response_token_ids`, end-of-turn
+token included). SGLang ``/generate`` then returns the log-prob of each
 response token with ``max_new_tokens: 0`` and ``logprob_start_len`` = the
 prompt length.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.events import Turn
 from pipeline.scoring.judge.client import JudgeClient
+from pipeline.turn_tokens import chat_dicts, render, response_token_ids
 
 HINT_MARKER = "[user's hint / instruction]"
 
@@ -46,16 +47,13 @@ class PolicyTokenizer:
 
     def teacher_input(self, turn: Turn, hint: str) -> tuple[list[int], int]:
         """(input_ids of hinted prompt + response, number of response tokens)."""
-        messages = with_hint([m.model_dump(exclude_none=True) for m in turn.messages], hint)
-        tools: list[Any] | None = list(turn.tools) if turn.tools else None
-        text = self.tok.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=True
+        messages = chat_dicts(turn.messages)
+        response_ids = response_token_ids(
+            self.tok, messages, turn.response, turn.tools, turn.response_ids
         )
+        text = render(self.tok, with_hint(messages, hint), turn.tools, add_generation_prompt=True)
         prompt_ids = self.tok.encode(text, add_special_tokens=False)
-        response_ids = turn.response_ids
-        if response_ids is None:
-            response_ids = self.tok.encode(turn.response.content or "", add_special_tokens=False)
-        return list(prompt_ids) + list(response_ids), len(response_ids)
+        return list(prompt_ids) + response_ids, len(response_ids)
 
 
 @dataclass(frozen=True)

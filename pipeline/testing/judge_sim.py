@@ -4,8 +4,9 @@ It is not a model. Votes come from a scripted distribution: each judged
 prompt gets a hidden "true" label (drawn from ``--vote-dist``, stable per
 prompt), and each call returns it with probability ``--agreement``, else
 another label. It models capacity (concurrent slots; excess requests queue),
-latency, and faults (5xx, timeouts, malformed output). Tests and benchmarks
-use it; nothing in production does.
+latency, and faults (5xx, timeouts, malformed output). It keeps the bodies of
+the last requests it received (``GET /sim/requests``), so a test can check
+what reached the judge. Tests and benchmarks use it; nothing in production does.
 
     python -m pipeline.testing.judge_sim --port 30010 --agreement 0.8 --slots 64
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import math
 import random
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,7 @@ class SimConfig:
     malformed_rate: float = 0.0  # answered without a valid \boxed{}
     position_bias: float = 0.0  # pairwise prompts: answer "A" (the first shown) regardless
     seed: int = 0
+    recorded: int = 256  # request bodies kept for GET /sim/requests (the newest)
 
 
 @dataclass
@@ -77,6 +81,7 @@ class JudgeSimulator:
         self.rng = random.Random(config.seed)
         self.slots = asyncio.Semaphore(config.slots)
         self.stats = SimStats()
+        self.bodies: deque[dict[str, Any]] = deque(maxlen=config.recorded)
 
     def true_label(self, prompt: str) -> int:
         digest = hashlib.sha256(f"{self.config.seed}:{prompt}".encode()).digest()
@@ -160,6 +165,7 @@ class JudgeSimulator:
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.bodies.append({"path": "/generate", "body": body})
         if await self._serve() == "error":
             return web.json_response({"error": "simulated overload"}, status=503)
         params = body.get("sampling_params", {})
@@ -183,31 +189,37 @@ class JudgeSimulator:
     def _logprobs(self, body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         """Teacher log-prob answer: one entry per input position from logprob_start_len.
 
-        As in SGLang, position 0 of a sequence has no log-prob (None)."""
+        As in SGLang, position 0 of a sequence has no log-prob (None). Top-K
+        entries are K distinct ids no larger than the largest input id (so they
+        fit the caller's vocabulary), with probabilities summing below 1.
+        """
         ids: list[int] = body["input_ids"]
         start = int(body.get("logprob_start_len", 0))
         top_k = int(body.get("top_logprobs_num", 0) or 0)
         rng = random.Random(hash((tuple(ids), self.config.seed)))
         entries: list[list[Any]] = []
         tops: list[Any] = []
+        vocab = max(ids) + 1 if ids else 1
         for pos in range(start, len(ids)):
             lp = None if pos == 0 else -rng.uniform(0.01, 4.0)
             entries.append([lp, ids[pos], None])
             if top_k:
-                tops.append(
-                    None
-                    if lp is None
-                    else [
-                        [-rng.uniform(0.01, 4.0), rng.randrange(32000), None] for _ in range(top_k)
-                    ]
-                )
+                tops.append(None if lp is None else self._top_k(rng, top_k, vocab))
         meta: dict[str, Any] = {"input_token_logprobs": entries, "prompt_tokens": len(ids)}
         if top_k:
             meta["input_top_logprobs"] = tops
         return {"text": "", "meta_info": meta}
 
+    @staticmethod
+    def _top_k(rng: random.Random, k: int, vocab: int) -> list[list[Any]]:
+        picked = rng.sample(range(vocab), min(k, vocab))
+        weights = sorted((rng.uniform(0.05, 1.0) for _ in picked), reverse=True)
+        scale = rng.uniform(0.5, 0.95) / sum(weights)
+        return [[math.log(w * scale), t, None] for w, t in zip(weights, picked, strict=True)]
+
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.bodies.append({"path": "/v1/chat/completions", "body": body})
         if await self._serve() == "error":
             return web.json_response({"error": {"message": "simulated overload"}}, status=503)
         messages = body.get("messages") or []
@@ -233,6 +245,10 @@ class JudgeSimulator:
     async def stats_handler(self, _request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_dict(self.config.slots))
 
+    async def requests_handler(self, _request: web.Request) -> web.Response:
+        """The recorded request bodies, oldest first: ``[{path, body}, ...]``."""
+        return web.json_response(list(self.bodies))
+
     async def health(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "simulator": True})
 
@@ -241,6 +257,7 @@ class JudgeSimulator:
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/sim/stats", self.stats_handler)
+        app.router.add_get("/sim/requests", self.requests_handler)
         app.router.add_get("/health", self.health)
         return app
 

@@ -7,14 +7,23 @@ positions ``P .. P+R-1`` of its ids, so their log-probs are at ``P-1 .. P+R-2``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import torch
 
 from pipeline.events import Sample
+from pipeline.turn_tokens import (
+    align_rollout,
+    chat_dicts,
+    end_of_turn_id,
+    prompt_token_ids,
+    response_token_ids,
+)
+
+TopK = list[list[tuple[float, int]]]
 
 
 @dataclass(frozen=True)
@@ -23,20 +32,15 @@ class TokenizedSample:
     prompt_ids: list[int]
     response_ids: list[int]
     reward: float
-    rollout_logprobs: list[float] | None  # what the serving engine reported
+    rollout_logprobs: list[float] | None  # the serving engine's; NaN where it reported none
     teacher_logprobs: list[float] | None
     policy_version: int | None
+    teacher_topk: TopK | None = None  # per response token: the teacher's top-K (log-prob, id)
+    teacher_misaligned: bool = False  # it had teacher log-probs that did not cover its tokens
 
     @property
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
-
-
-def _fit(values: list[float] | None, length: int) -> list[float] | None:
-    """Truncate or zero-pad per-token values to ``length`` (None stays None)."""
-    if values is None:
-        return None
-    return list(values[:length]) + [0.0] * max(0, length - len(values))
 
 
 def sample_reward(sample: Sample, group_advantage: str = "none") -> float:
@@ -56,87 +60,64 @@ def sample_reward(sample: Sample, group_advantage: str = "none") -> float:
 def tokenize_sample(
     sample: Sample, tokenizer: Any, max_seq_len: int, group_advantage: str = "none"
 ) -> TokenizedSample:
-    """Token ids of a sample: its own when it carries them, else the policy's chat template.
+    """A sample's ids and per-token values, aligned over its response tokens.
 
-    Prompts longer than ``max_seq_len`` minus the response lose tokens on the left.
-    The reward is :func:`sample_reward`.
+    The ids are :func:`~pipeline.turn_tokens.response_token_ids` (the serving
+    engine's own when the sample carries them) after the prompt; rollout
+    log-probs go through :func:`~pipeline.turn_tokens.align_rollout`; teacher
+    log-probs that do not cover the response exactly are dropped (never padded)
+    and the sample is marked ``teacher_misaligned``. Prompts longer than
+    ``max_seq_len`` minus the response lose tokens on the left. The reward is
+    :func:`sample_reward`.
     """
-    messages = [m.model_dump(exclude_none=True) for m in sample.messages]
-    prompt_text: str | None = None
-    prompt_ids = sample.prompt_ids
-    if prompt_ids is None:
-        prompt_text = _render(tokenizer, messages, add_generation_prompt=True)
-        prompt_ids = tokenizer.encode(prompt_text, add_special_tokens=False)
-    response_ids = sample.response_ids
-    if response_ids is None:
-        text = response_text(tokenizer, messages, sample, prompt_text)
-        response_ids = tokenizer.encode(text, add_special_tokens=False)
-    response_ids = list(response_ids)[: max(1, max_seq_len - 1)]
+    messages = chat_dicts(sample.messages)
+    prompt_ids = prompt_token_ids(tokenizer, messages, sample.tools, sample.prompt_ids)
+    response_ids = response_token_ids(
+        tokenizer, messages, sample.response, sample.tools, sample.response_ids
+    )
+    rollout = align_rollout(sample.response_logprobs, response_ids, end_of_turn_id(tokenizer))
+    teacher, topk = teacher_signal(sample, len(response_ids), _vocab_size(tokenizer))
+    misaligned = sample.teacher_logprobs is not None and teacher is None
+    keep = max(1, max_seq_len - 1)
+    response_ids = response_ids[:keep]
     room = max(1, max_seq_len - len(response_ids))
-    prompt_ids = list(prompt_ids)[-room:]
-    n = len(response_ids)
     return TokenizedSample(
         sample.sample_id,
-        prompt_ids,
+        list(prompt_ids)[-room:],
         response_ids,
         sample_reward(sample, group_advantage),
-        _fit(sample.response_logprobs, n),
-        _fit(sample.teacher_logprobs, n),
+        rollout[:keep] if rollout is not None else None,
+        teacher[:keep] if teacher is not None else None,
         sample.policy_version,
+        topk[:keep] if topk is not None else None,
+        misaligned,
     )
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-    return str(
-        tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    )
+def teacher_signal(
+    sample: Sample, n_response: int, vocab_size: int | None
+) -> tuple[list[float] | None, TopK | None]:
+    """The sample's teacher log-probs (and top-K) if they cover its ``n_response`` tokens.
 
-
-def response_text(
-    tokenizer: Any, messages: list[dict[str, Any]], sample: Sample, prompt_text: str | None
-) -> str:
-    """The text whose tokens are the response.
-
-    A text-only response is its content, as before (rollout and teacher log-probs are
-    taken over those tokens). A response with tool calls is what the chat template
-    renders after the prompt, so a turn that only calls tools still has tokens to train.
+    Anything else (another length, top-K rows of another count or width, ids
+    outside the policy's vocabulary) is no teacher signal: (None, None).
     """
-    if not sample.response.tool_calls:
-        return sample.response.content or ""
-    calls = [_parsed_arguments(c) for c in sample.response.tool_calls]
-    reply: dict[str, Any] = {
-        "role": "assistant",
-        "content": sample.response.content or "",
-        "tool_calls": calls,
-    }
-    prompt_text = prompt_text or _render(tokenizer, messages, add_generation_prompt=True)
+    teacher, topk = sample.teacher_logprobs, sample.teacher_top_logprobs
+    if teacher is None or len(teacher) != n_response:
+        return None, None
+    if topk is not None:
+        widths = {len(row) for row in topk}
+        ids_ok = vocab_size is None or all(0 <= i < vocab_size for row in topk for _lp, i in row)
+        if len(topk) != n_response or len(widths) > 1 or 0 in widths or not ids_ok:
+            return None, None
+    return list(teacher), ([list(row) for row in topk] if topk is not None else None)
+
+
+def _vocab_size(tokenizer: Any) -> int | None:
     try:
-        full = _render(tokenizer, [*messages, reply], add_generation_prompt=False)
-    except Exception:  # a template that cannot render this reply: fall back to plain text
-        full = ""
-    if full.startswith(prompt_text) and len(full) > len(prompt_text):
-        return full[len(prompt_text) :]
-    rendered = "".join(
-        f"{c.get('function', {}).get('name', '')}({c.get('function', {}).get('arguments', '')})"
-        for c in sample.response.tool_calls
-    )
-    return (sample.response.content or "") + rendered
-
-
-def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI sends arguments as a JSON string; HF chat templates expect a mapping."""
-    fn = call.get("function") or {}
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            parsed = orjson.loads(args)
-        except orjson.JSONDecodeError:
-            return call
-        if isinstance(parsed, dict):
-            return {**call, "function": {**fn, "arguments": parsed}}
-    return call
+        return len(tokenizer)
+    except TypeError:
+        return None
 
 
 @dataclass
@@ -145,15 +126,22 @@ class MicroBatch:
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     response_mask: torch.Tensor  # [B, L-1] float: 1 at response-token log-prob positions
-    rollout_logprobs: torch.Tensor  # [B, L-1], 0 where unknown
-    has_rollout: torch.Tensor  # [B] bool
+    rollout_logprobs: torch.Tensor  # [B, L-1], NaN where unknown
     teacher_logprobs: torch.Tensor  # [B, L-1], 0 where unknown
     has_teacher: torch.Tensor  # [B] bool
     rewards: torch.Tensor  # [B]
+    teacher_topk_ids: torch.Tensor | None = None  # [B, L-1, K] long
+    teacher_topk_logprobs: torch.Tensor | None = None  # [B, L-1, K]
+    has_teacher_topk: torch.Tensor | None = None  # [B] bool
 
     @property
     def tokens(self) -> int:
         return int(self.response_mask.sum().item())
+
+    @property
+    def samples(self) -> int:
+        """Samples with at least one response token (what a per-sample mean counts)."""
+        return int((self.response_mask.sum(-1) > 0).sum().item())
 
 
 def collate(samples: Sequence[TokenizedSample], pad_id: int) -> MicroBatch:
@@ -162,7 +150,7 @@ def collate(samples: Sequence[TokenizedSample], pad_id: int) -> MicroBatch:
     input_ids = torch.full((b, width), pad_id, dtype=torch.long)
     attention = torch.zeros((b, width), dtype=torch.long)
     response_mask = torch.zeros((b, width - 1))
-    rollout = torch.zeros((b, width - 1))
+    rollout = torch.full((b, width - 1), math.nan)
     teacher = torch.zeros((b, width - 1))
     for i, s in enumerate(samples):
         ids = s.prompt_ids + s.response_ids
@@ -174,17 +162,51 @@ def collate(samples: Sequence[TokenizedSample], pad_id: int) -> MicroBatch:
             rollout[i, start:end] = torch.tensor(s.rollout_logprobs)
         if s.teacher_logprobs is not None:
             teacher[i, start:end] = torch.tensor(s.teacher_logprobs)
+    topk_ids, topk_logprobs, has_topk = collate_topk(samples, width - 1)
     return MicroBatch(
         [s.sample_id for s in samples],
         input_ids,
         attention,
         response_mask,
         rollout,
-        torch.tensor([s.rollout_logprobs is not None for s in samples]),
         teacher,
         torch.tensor([s.teacher_logprobs is not None for s in samples]),
         torch.tensor([s.reward for s in samples], dtype=torch.float32),
+        topk_ids,
+        topk_logprobs,
+        has_topk,
     )
+
+
+def collate_topk(
+    samples: Sequence[TokenizedSample], positions: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The teacher's top-K ids and log-probs at each response position, ``[B, positions, K]``.
+
+    K is the first sample's; a sample with another K has none here. Positions
+    without a teacher row hold id 0 and log-prob 0 (masked out of the loss).
+    """
+    widths = [len(s.teacher_topk[0]) for s in samples if s.teacher_topk]
+    if not widths:
+        return None, None, None
+    k = widths[0]
+    ids = torch.zeros((len(samples), positions, k), dtype=torch.long)
+    logprobs = torch.zeros((len(samples), positions, k))
+    has = torch.zeros(len(samples), dtype=torch.bool)
+    for i, s in enumerate(samples):
+        if not s.teacher_topk or len(s.teacher_topk[0]) != k:
+            continue
+        start = len(s.prompt_ids) - 1
+        rows = s.teacher_topk
+        ids[i, start : start + len(rows)] = torch.tensor([[t for _lp, t in r] for r in rows])
+        logprobs[i, start : start + len(rows)] = torch.tensor([[lp for lp, _t in r] for r in rows])
+        has[i] = True
+    return ids, logprobs, has
+
+
+def step_totals(samples: Sequence[TokenizedSample]) -> tuple[int, int]:
+    """(response tokens, samples with a response token) of a step: what ``loss_agg`` divides by."""
+    return sum(len(s.response_ids) for s in samples), sum(1 for s in samples if s.response_ids)
 
 
 def micro_batches(

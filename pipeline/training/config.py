@@ -66,8 +66,22 @@ class TrainerConfig:
     kl_coef: float = opt(0.0, "KL-to-reference coefficient (0 = no reference model)")
     kl_kind: Literal["k1", "k3"] = opt("k3", "KL estimator")
     entropy_coef: float = opt(0.0, "entropy bonus coefficient")
-    tis_clip: float = opt(2.0, "truncated importance sampling clip for rollout/train mismatch")
-    topk_distill_coef: float = opt(0.0, "weight of top-K reverse KL to the teacher (opd)")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean"] = opt(
+        "seq_mean_token_mean",
+        "how per-token losses become one: the mean over samples of each one's token mean "
+        "(the reference's default: slime's per-sample mean, which OpenClaw-RL's scripts keep), "
+        "or token_mean (every token the same weight, so long responses count more)",
+    )
+    tis_clip: float = opt(
+        2.0,
+        "C of the behaviour weight min(pi_old/pi_rollout, C) that corrects for the serving "
+        "engine's log-probs (once: PPO's ratio is taken to the trainer's own old log-probs)",
+    )
+    topk_distill_coef: float = opt(
+        0.0,
+        "opd/combine: weight of the reverse KL to the teacher over its top-K tokens plus a "
+        "tail bin (needs teacher_top_logprobs: TURNSTREAM_SCORING_TEACHER_TOP_K on the workers)",
+    )
     # Staleness
     max_staleness: int = opt(4, "policy versions a sample may lag behind the trainer")
     stale_policy: Literal["drop", "correct"] = opt(
@@ -113,6 +127,10 @@ class TrainerConfig:
         for name in ("keep_checkpoints", "keep_weight_versions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.topk_distill_coef and self.mode == "rl":
+            raise ValueError("topk_distill_coef needs a teacher: use mode opd or combine")
+        if self.tis_clip < 1.0:
+            raise ValueError(f"tis_clip must be >= 1, got {self.tis_clip}")
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
 

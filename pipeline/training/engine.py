@@ -98,6 +98,15 @@ def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tens
     return logp.gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1), logits
 
 
+def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
+    """Mean |old - rollout| over the response tokens that have a rollout log-prob."""
+    known = mb.response_mask * torch.isfinite(mb.rollout_logprobs)
+    if not bool(known.any()):
+        return None
+    gap = (old - mb.rollout_logprobs.nan_to_num()).abs()
+    return float((gap * known).sum() / known.sum())
+
+
 @dataclass
 class StepMetrics:
     step: int
@@ -113,6 +122,24 @@ class StepMetrics:
     tokens: int
     tokens_per_s: float
     train_rollout_logprob_abs_diff: float | None
+    rollout_kl: float = 0.0
+    tis_weight_mean: float = 1.0
+    tis_clipfrac: float = 0.0
+    topk_kl: float = 0.0
+
+
+SUMMED = (
+    "loss",
+    "pg_loss",
+    "clipfrac",
+    "ppo_kl",
+    "rollout_kl",
+    "tis_weight_mean",
+    "tis_clipfrac",
+    "entropy",
+    "kl",
+    "topk_kl",
+)
 
 
 class PolicyEngine:
@@ -144,45 +171,59 @@ class PolicyEngine:
 
     @torch.no_grad()
     def logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """The policy's log-probs of ``mb``'s tokens now (no dropout, no gradient)."""
         self.engine.eval()
         logp, _ = token_logprobs(self.engine, self._to_device(mb))
         self.engine.train()
         return logp
 
-    def train_step(self, batches: list[MicroBatch], total_tokens: int | None = None) -> StepMetrics:
-        """One optimizer step: token-mean loss over the step's response tokens.
+    def train_step(
+        self,
+        batches: list[MicroBatch],
+        total_tokens: int | None = None,
+        total_samples: int | None = None,
+    ) -> StepMetrics:
+        """One optimizer step over the step's response tokens, aggregated by ``loss_agg``.
 
         With several ranks each passes its own shard of micro-batches and the
-        step's ``total_tokens``; DeepSpeed averages gradients over ranks, so each
-        rank scales its loss by the world size to keep one global token mean.
+        step's ``total_tokens`` and ``total_samples``; DeepSpeed averages
+        gradients over ranks, so each rank scales its loss by the world size to
+        keep one aggregate over the whole step.
         """
         started = time.perf_counter()
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         batches = [self._to_device(mb) for mb in batches]
-        train_old = [self.logprobs(mb) for mb in batches]  # before the update
-        total = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
-        sums: dict[str, float] = dict.fromkeys(
-            ("loss", "pg_loss", "clipfrac", "ppo_kl", "entropy", "kl"), 0.0
-        )
-        diffs: list[torch.Tensor] = []
+        olds = [self.logprobs(mb) for mb in batches]  # the proximal policy: before the update
+        tokens = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
+        samples = total_samples if total_samples is not None else sum(mb.samples for mb in batches)
+        total = tokens if self.config.loss_agg == "token_mean" else samples
+        sums = dict.fromkeys(SUMMED, 0.0)
         self.engine.train()
-        for i, (mb, old_train) in enumerate(zip(batches, train_old, strict=True)):
-            parts = self._micro_loss(mb, old_train)
-            weight = mb.tokens / max(total, 1)
+        for i, (mb, old) in enumerate(zip(batches, olds, strict=True)):
+            parts = self._micro_loss(mb, old)
+            weight = losses.agg_units(mb.response_mask, self.config.loss_agg) / max(total, 1)
             self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
             self.engine.backward(parts["loss"] * weight * world)
             for key in sums:
                 sums[key] += float(parts[key].detach()) * weight
-            if bool(mb.has_rollout.any()):
-                sel = mb.response_mask * mb.has_rollout[:, None]
-                diffs.append(((old_train - mb.rollout_logprobs).abs() * sel).sum() / sel.sum())
         self.engine.step()
         self.steps += 1
         if world > 1:  # metrics of the whole step, not of this rank's shard
             summed = torch.tensor([sums[k] for k in sums], dtype=torch.float64)
             torch.distributed.all_reduce(summed)
             sums = dict(zip(sums, summed.tolist(), strict=True))
-        elapsed = time.perf_counter() - started
+        return self._metrics(batches, olds, sums, tokens, time.perf_counter() - started)
+
+    def _metrics(
+        self,
+        batches: list[MicroBatch],
+        olds: list[torch.Tensor],
+        sums: dict[str, float],
+        tokens: int,
+        elapsed: float,
+    ) -> StepMetrics:
+        diffs = [rollout_abs_diff(mb, old) for mb, old in zip(batches, olds, strict=True)]
+        known = [d for d in diffs if d is not None]
         rewards = torch.cat([mb.rewards for mb in batches])
         lengths = torch.cat([mb.response_mask.sum(-1) for mb in batches])
         return StepMetrics(
@@ -196,53 +237,63 @@ class PolicyEngine:
             kl=sums["kl"],
             reward_mean=float(rewards.mean()),
             response_length=float(lengths.float().mean()),
-            tokens=total,
-            tokens_per_s=total / elapsed if elapsed > 0 else 0.0,
-            train_rollout_logprob_abs_diff=float(torch.stack(diffs).mean()) if diffs else None,
+            tokens=tokens,
+            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+            train_rollout_logprob_abs_diff=sum(known) / len(known) if known else None,
+            rollout_kl=sums["rollout_kl"],
+            tis_weight_mean=sums["tis_weight_mean"],
+            tis_clipfrac=sums["tis_clipfrac"],
+            topk_kl=sums["topk_kl"],
         )
 
-    def _micro_loss(self, mb: MicroBatch, old_train: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _micro_loss(self, mb: MicroBatch, old: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts."""
         c = self.config
         mask = mb.response_mask
         logp, logits = token_logprobs(self.engine, mb)
-        has_rollout = mb.has_rollout[:, None]
-        old = torch.where(has_rollout, mb.rollout_logprobs, old_train)
-        is_weights = torch.where(
-            has_rollout,
-            losses.truncated_is_weights(old_train, mb.rollout_logprobs, c.tis_clip),
-            torch.ones_like(old_train),
+        adv = losses.sample_advantages(
+            c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd, c.w_rl
         )
-        if c.mode == "rl":
-            adv = losses.rl_advantages(mb.rewards, mask)
-        elif c.mode == "opd":
-            adv = losses.opd_advantages(mb.teacher_logprobs, old, mask * mb.has_teacher[:, None])
-        else:
-            adv = losses.combine_advantages(
-                mb.teacher_logprobs * mb.has_teacher[:, None],
-                old * mb.has_teacher[:, None],
-                mb.rewards,
-                mask,
-                c.w_opd,
-                c.w_rl,
-            )
-        stats = losses.ppo_clip_loss(logp, old, adv, mask, c.eps_clip, c.eps_clip_high, is_weights)
+        stats = losses.policy_loss(
+            logp,
+            old,
+            mb.rollout_logprobs,
+            adv,
+            mask,
+            eps=c.eps_clip,
+            eps_high=c.eps_clip_high,
+            tis_clip=c.tis_clip,
+            agg=c.loss_agg,
+        )
         loss = stats.pg_loss
-        entropy = losses.entropy_from_logits(logits if c.entropy_coef else logits.detach(), mask)
+        entropy = losses.entropy_from_logits(
+            logits if c.entropy_coef else logits.detach(), mask, c.loss_agg
+        )
         if c.entropy_coef:
             loss = loss - c.entropy_coef * entropy
         kl = torch.zeros(())
         if self.reference is not None:
             with torch.no_grad():
                 ref_logp, _ = token_logprobs(self.reference, mb)
-            kl = losses.kl_to_reference(logp, ref_logp, mask, c.kl_kind)
+            kl = losses.kl_to_reference(logp, ref_logp, mask, c.kl_kind, c.loss_agg)
             loss = loss + c.kl_coef * kl
+        topk = torch.zeros(())
+        ids, top, has_top = mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.has_teacher_topk
+        if c.topk_distill_coef and ids is not None and top is not None and has_top is not None:
+            topk_mask = mask * has_top.to(mask.dtype)[:, None]
+            topk = losses.topk_distill_loss(logits, ids, top, topk_mask, c.loss_agg)
+            loss = loss + c.topk_distill_coef * topk
         return {
             "loss": loss,
             "pg_loss": stats.pg_loss.detach(),
             "clipfrac": stats.clipfrac,
-            "ppo_kl": stats.approx_kl,
+            "ppo_kl": stats.ppo_kl,
+            "rollout_kl": stats.rollout_kl,
+            "tis_weight_mean": stats.tis_weight_mean,
+            "tis_clipfrac": stats.tis_clipfrac,
             "entropy": entropy.detach(),
             "kl": kl.detach(),
+            "topk_kl": topk.detach(),
         }
 
     def parameters_snapshot(self) -> list[torch.Tensor]:

@@ -15,6 +15,10 @@ STEP_FIELDS = (
     "pg_loss",
     "pg_clipfrac",
     "ppo_kl",
+    "rollout_kl",
+    "tis_weight_mean",
+    "tis_clipfrac",
+    "topk_kl",
     "entropy",
     "kl",
     "reward_mean",
@@ -31,6 +35,11 @@ GAUGES = {
 }
 SKIPPED = Counter(
     "turnstream_trainer_samples_skipped_total", "samples not trained, by reason", ["reason"]
+)
+TEACHER_MISALIGNED = Counter(
+    "turnstream_trainer_teacher_misaligned_total",
+    "samples whose teacher log-probs did not cover their response tokens (trained without "
+    "an OPD signal)",
 )
 
 
@@ -57,6 +66,15 @@ class MetricsSink:
                 ) from exc
             self.writer = SummaryWriter(tensorboard_dir)
         self._skipped: dict[str, int] = {}
+
+    @classmethod
+    def of_rank(cls, config: Any, rank: int) -> MetricsSink:
+        """Rank 0's sink as configured; other ranks record nothing."""
+        if rank != 0:
+            return cls(None, 0, None)
+        return cls(
+            config.metrics_jsonl, config.metrics_port, config.tensorboard_dir, config.metrics_host
+        )
 
     def record(self, row: dict[str, Any]) -> None:
         for name in STEP_FIELDS:

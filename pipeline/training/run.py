@@ -1,4 +1,4 @@
-"""Assemble a trainer process: tokenizer, engine, consumer loop, signals."""
+"""Assemble a trainer process: tokenizer, engine, step loop, signals."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from pipeline.replay.ranges import TopicRange
 from pipeline.settings import Settings
+from pipeline.training.checkpoint import TrainerState
 from pipeline.training.config import TrainerConfig
-from pipeline.training.consumer import Trainer, TrainerState
 from pipeline.training.signals import REQUESTS
+from pipeline.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 

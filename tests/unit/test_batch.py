@@ -1,7 +1,12 @@
+"""Samples into token ids and tensors: the response as the chat template renders it,
+end-of-turn token included, with rollout and teacher values aligned position by position."""
+
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +17,7 @@ from pipeline.training.batch import (
     collate,
     micro_batches,
     padding_fraction,
+    step_totals,
     tokenize_sample,
 )
 
@@ -33,10 +39,11 @@ def test_response_log_probs_are_aligned_to_next_token_positions() -> None:
     assert mb.input_ids.tolist() == [[1, 2, 3, 100, 101], [1, 100, 0, 0, 0]]
     # a: response tokens at ids positions 3,4 -> log-prob positions 2,3
     assert mb.response_mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
-    assert mb.rollout_logprobs[0].tolist() == pytest.approx([0.0, 0.0, -0.1, -0.2])
-    assert mb.has_rollout.tolist() == [True, False]
+    assert mb.rollout_logprobs[0, 2:].tolist() == pytest.approx([-0.1, -0.2])
+    assert mb.rollout_logprobs[0, :2].isnan().all() and mb.rollout_logprobs[1].isnan().all()
     assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
-    assert mb.tokens == 3
+    assert (mb.tokens, mb.samples) == (3, 2)
+    assert mb.teacher_topk_ids is None and not mb.has_teacher.any()
 
 
 def test_bucketing_cuts_padding() -> None:
@@ -68,24 +75,86 @@ def sample(**kw) -> Sample:  # type: ignore[no-untyped-def]
     return Sample.model_validate(base)
 
 
-def test_samples_without_ids_use_the_policy_chat_template(tiny_tokenizer: Path) -> None:
+def load(path: Path) -> Any:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def test_samples_without_ids_use_the_policy_chat_template(tiny_tokenizer: Path) -> None:
+    tok = load(tiny_tokenizer)
     t = tokenize_sample(sample(), tok, max_seq_len=4096)
-    prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "run the tests"}], tokenize=False, add_generation_prompt=True
-    )
+    messages = [{"role": "user", "content": "run the tests"}]
+    prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert t.prompt_ids == tok.encode(prompt, add_special_tokens=False)
-    # A text response is its content (rollout and teacher log-probs cover those tokens).
-    assert tok.decode(t.response_ids) == "All 42 tests passed."
+    # The response as ChatML renders it after the prompt, up to its end-of-turn token.
+    assert tok.decode(t.response_ids) == "All 42 tests passed.<|im_end|>"
+    assert t.response_ids[-1] == tok.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    full = tok.apply_chat_template(
+        [*messages, {"role": "assistant", "content": "All 42 tests passed."}], tokenize=False
+    )
+    assert full == tok.decode(t.prompt_ids + t.response_ids) + "\n"  # ChatML's newline after it
     assert t.rollout_logprobs is None
 
 
-def test_a_turn_that_only_calls_a_tool_still_has_response_tokens(tiny_tokenizer: Path) -> None:
-    from transformers import AutoTokenizer
+def test_rollout_logprobs_without_an_end_of_turn_entry_get_nan_there(tiny_tokenizer: Path) -> None:
+    tok = load(tiny_tokenizer)
+    n = len(tokenize_sample(sample(), tok, 4096).response_ids)
+    reported = [-0.1 * (i + 1) for i in range(n - 1)]  # the engine reported none for <|im_end|>
+    t = tokenize_sample(sample(response_logprobs=reported), tok, 4096)
+    assert t.rollout_logprobs is not None and len(t.rollout_logprobs) == n
+    assert t.rollout_logprobs[:-1] == pytest.approx(reported) and math.isnan(t.rollout_logprobs[-1])
+    mb = collate([t], pad_id=0)
+    positions = mb.response_mask[0].nonzero().flatten().tolist()
+    assert mb.rollout_logprobs[0, positions[:-1]].tolist() == pytest.approx(reported)
+    assert mb.rollout_logprobs[0, positions[-1]].isnan()  # no correction there, never 0
+    full = tokenize_sample(sample(response_logprobs=[*reported, -0.05]), tok, 4096)
+    assert full.rollout_logprobs == pytest.approx([*reported, -0.05])
+    for wrong in (reported[:-1], [*reported, -0.05, -0.05]):  # do not describe these tokens
+        assert tokenize_sample(sample(response_logprobs=wrong), tok, 4096).rollout_logprobs is None
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer), local_files_only=True)
+
+def test_own_ids_get_the_end_of_turn_token_their_logprobs_lack(tiny_tokenizer: Path) -> None:
+    tok = load(tiny_tokenizer)
+    eot = tok.eos_token_id
+    s = sample(prompt_ids=[1, 2, 3], response_ids=[50, 51], response_logprobs=[-1.0, -2.0])
+    t = tokenize_sample(s, tok, 4096)
+    assert t.response_ids == [50, 51, eot] and t.prompt_ids == [1, 2, 3]
+    assert t.rollout_logprobs is not None and t.rollout_logprobs[:2] == [-1.0, -2.0]
+    assert math.isnan(t.rollout_logprobs[2])
+    done = sample(response_ids=[50, 51, eot], response_logprobs=[-1.0, -2.0, -0.1])
+    assert tokenize_sample(done, tok, 4096).rollout_logprobs == [-1.0, -2.0, -0.1]
+
+
+def test_an_explicit_end_of_turn_template_with_reasoning(header_tokenizer: Path) -> None:
+    tok = load(header_tokenizer)
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    response = Response(content="All 42 tests passed.", reasoning_content="Ran pytest first.")
+    t = tokenize_sample(sample(response=response), tok, 4096)
+    assert t.response_ids[-1] == eot == tok.eos_token_id
+    assert t.response_ids.count(eot) == 1
+    assert (
+        tok.decode(t.response_ids)
+        == "<think>Ran pytest first.</think>\nAll 42 tests passed.<|eot_id|>"
+    )
+    messages = [{"role": "user", "content": "run the tests"}]
+    reply = {
+        "role": "assistant",
+        "content": "All 42 tests passed.",
+        "reasoning_content": "Ran pytest first.",
+    }
+    full = tok.apply_chat_template([*messages, reply], tokenize=False)
+    assert tok.decode(t.prompt_ids + t.response_ids) == full
+    n = len(t.response_ids)
+    aligned = tokenize_sample(
+        sample(response=response, response_logprobs=[-0.5] * (n - 1)), tok, 4096
+    )
+    assert aligned.rollout_logprobs is not None and len(aligned.rollout_logprobs) == n
+    assert math.isnan(aligned.rollout_logprobs[-1])
+
+
+def test_a_turn_that_only_calls_a_tool_still_has_response_tokens(tiny_tokenizer: Path) -> None:
+    tok = load(tiny_tokenizer)
     args = '{"path": "tests"}'  # a JSON string, as OpenAI sends it
     call = {"id": "c1", "type": "function", "function": {"name": "pytest", "arguments": args}}
     t = tokenize_sample(
@@ -93,10 +162,10 @@ def test_a_turn_that_only_calls_a_tool_still_has_response_tokens(tiny_tokenizer:
     )
     text = tok.decode(t.response_ids).strip()
     assert text.startswith("<tool_call>pytest(") and text.endswith("</tool_call><|im_end|>")
-    assert "path" in text and "tests" in text
+    assert "path" in text and "tests" in text and t.response_ids[-1] == tok.eos_token_id
 
 
-def test_own_ids_win_and_logprobs_are_fitted_and_prompt_truncated_left() -> None:
+def test_teacher_logprobs_that_do_not_cover_the_response_are_dropped() -> None:
     s = sample(
         prompt_ids=list(range(10)),
         response_ids=[50, 51, 52],
@@ -106,6 +175,45 @@ def test_own_ids_win_and_logprobs_are_fitted_and_prompt_truncated_left() -> None
     t = tokenize_sample(s, tokenizer=None, max_seq_len=8)
     assert t.response_ids == [50, 51, 52] and t.prompt_ids == [5, 6, 7, 8, 9]
     assert t.rollout_logprobs == [-1.0, -2.0, -3.0]
-    assert t.teacher_logprobs == [-0.5, -0.5, 0.0]  # zero-padded to the response length
+    assert t.teacher_logprobs is None and t.teacher_misaligned  # never zero-padded
     mb = collate([t], pad_id=0)
-    assert torch.equal(mb.has_teacher, torch.tensor([True]))
+    assert torch.equal(mb.has_teacher, torch.tensor([False]))
+    assert not mb.teacher_logprobs.any()
+    covered = tokenize_sample(s.model_copy(update={"teacher_logprobs": [-0.5] * 3}), None, 8)
+    assert covered.teacher_logprobs == [-0.5] * 3 and not covered.teacher_misaligned
+
+
+def test_the_teachers_top_k_ids_reach_the_batch() -> None:
+    top = [[(-0.5, 7), (-1.5, 9)], [(-0.2, 3), (-2.0, 4)], [(-0.1, 1), (-3.0, 2)]]
+    s = sample(
+        prompt_ids=[1, 2, 3],
+        response_ids=[50, 51, 52],
+        teacher_logprobs=[-0.6, -0.3, -0.2],
+        teacher_top_logprobs=top,
+    )
+    t = tokenize_sample(s, tokenizer=None, max_seq_len=64)
+    other = TokenizedSample("b", [1], [60], 0.0, None, None, 0)
+    mb = collate([t, other], pad_id=0)
+    assert mb.teacher_topk_ids is not None and mb.teacher_topk_logprobs is not None
+    assert mb.has_teacher_topk is not None and mb.has_teacher_topk.tolist() == [True, False]
+    # response log-prob positions 2, 3, 4 hold the teacher's K ids and log-probs
+    assert mb.teacher_topk_ids[0, 2:5].tolist() == [[7, 9], [3, 4], [1, 2]]
+    expected = torch.tensor([[-0.5, -1.5], [-0.2, -2.0], [-0.1, -3.0]])
+    assert torch.allclose(mb.teacher_topk_logprobs[0, 2:5], expected)
+    assert not mb.teacher_topk_ids[0, :2].any() and not mb.teacher_topk_ids[1].any()
+    short = s.model_copy(update={"teacher_top_logprobs": top[:2]})
+    assert tokenize_sample(short, None, 64).teacher_misaligned
+
+
+def test_top_k_ids_outside_the_policy_vocabulary_are_no_signal(tiny_tokenizer: Path) -> None:
+    tok = load(tiny_tokenizer)
+    s = sample(prompt_ids=[1, 2], response_ids=[5, tok.eos_token_id], teacher_logprobs=[-1.0, -1.0])
+    inside = s.model_copy(update={"teacher_top_logprobs": [[(-1.0, 3)], [(-1.0, 4)]]})
+    outside = s.model_copy(update={"teacher_top_logprobs": [[(-1.0, 3)], [(-1.0, len(tok))]]})
+    assert not tokenize_sample(inside, tok, 64).teacher_misaligned
+    assert tokenize_sample(outside, tok, 64).teacher_misaligned
+
+
+def test_step_totals_count_tokens_and_samples_with_tokens() -> None:
+    pad = TokenizedSample("__pad__", [1], [], 0.0, None, None, None)
+    assert step_totals([ts("a", 3, 2), ts("b", 1, 4), pad]) == (6, 2)

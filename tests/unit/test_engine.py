@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -46,18 +48,75 @@ def changed(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
     return any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-def test_rl_steps_change_parameters_and_first_loss_is_minus_mean_reward() -> None:
-    eng = engine("rl")
-    batch = samples([1.0, -1.0, 1.0, 0.5])
-    mbs = micro_batches(batch, 2, pad_id=0)
+# old - rollout of successive response tokens: mismatch 0, 0.1, -0.3, 0.3 and a weight
+# truncated at tis_clip (e^1.3 = 3.67 > 2).
+MISMATCH = [0.0, 0.1, -0.3, 0.3, 1.3]
+
+
+def with_rollout(eng: PolicyEngine, mbs: list) -> list[list[float | None]]:  # type: ignore[type-arg]
+    """Give each micro-batch rollout log-probs that differ from the trainer's by MISMATCH.
+
+    The last response token of every other sample has none (NaN), as when the
+    serving engine reported no log-prob for the end-of-turn token. Returns the
+    per-sample mismatches, None where missing.
+    """
+    per_sample, cycle = [], 0
+    for mb in mbs:
+        old = eng.logprobs(mb)
+        rollout = torch.full_like(old, math.nan)
+        for b in range(old.shape[0]):
+            positions = mb.response_mask[b].nonzero().flatten().tolist()
+            gaps: list[float | None] = []
+            for _ in positions:
+                gaps.append(MISMATCH[cycle % len(MISMATCH)])
+                cycle += 1
+            if b % 2:
+                gaps[-1] = None
+            for pos, gap in zip(positions, gaps, strict=True):
+                if gap is not None:
+                    rollout[b, pos] = old[b, pos] - gap
+            per_sample.append(gaps)
+        mb.rollout_logprobs = rollout
+    return per_sample
+
+
+def first_step_loss(
+    advantages: list[list[float]], gaps: list[list[float | None]], agg: str
+) -> float:
+    """agg of -w * A at the first step (r = 1), w = min(e^(old - rollout), 2), by hand."""
+    per_token = [
+        [
+            -(min(math.exp(g), 2.0) if g is not None else 1.0) * a
+            for a, g in zip(adv, gs, strict=True)
+        ]
+        for adv, gs in zip(advantages, gaps, strict=True)
+    ]
+    if agg == "token_mean":
+        return sum(map(sum, per_token)) / sum(map(len, per_token))
+    return sum(sum(t) / len(t) for t in per_token) / len(per_token)
+
+
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean"])
+def test_rl_first_step_loss_with_mismatched_rollout_logprobs(agg: str) -> None:
+    eng = engine("rl", loss_agg=agg)
+    mbs = micro_batches(samples([1.0, -1.0, 1.0, 0.5]), 2, pad_id=0)
+    gaps = with_rollout(eng, mbs)
+    rewards = [r for mb in mbs for r in mb.rewards.tolist()]
+    advantages = [[r] * len(g) for r, g in zip(rewards, gaps, strict=True)]
     before = eng.parameters_snapshot()
     first = eng.train_step(mbs)
-    # On-policy first step: ratio 1, so pg_loss = -sum(r_i * R_i) / sum(R_i).
-    lengths = [len(s.response_ids) for s in batch]
-    expected = -sum(s.reward * n for s, n in zip(batch, lengths, strict=True)) / sum(lengths)
-    assert first.pg_loss == pytest.approx(expected, abs=1e-5)
-    assert first.tokens == sum(lengths) and first.ppo_kl == pytest.approx(0.0, abs=1e-6)
-    assert first.pg_clipfrac == 0.0 and first.train_rollout_logprob_abs_diff is None
+    assert first.pg_loss == pytest.approx(first_step_loss(advantages, gaps, agg), abs=1e-5)
+    assert first.ppo_kl == pytest.approx(0.0, abs=1e-6) and first.pg_clipfrac == 0.0
+    n = sum(map(len, gaps))
+    assert first.tokens == n and first.tis_clipfrac > 0  # the 1.3 mismatches
+    if agg == "token_mean":
+        assert first.tis_clipfrac == pytest.approx(
+            sum(g == 1.3 for gs in gaps for g in gs) / n, abs=1e-6
+        )
+    known = [g for gs in gaps for g in gs if g is not None]
+    assert first.train_rollout_logprob_abs_diff == pytest.approx(
+        sum(map(abs, known)) / len(known), rel=0.2
+    )  # a mean over micro-batches of per-micro-batch means: close, not equal
     start = [eng.logprobs(mb) for mb in mbs]
     for _ in range(2):
         later = eng.train_step(mbs)
@@ -71,24 +130,52 @@ def test_rl_steps_change_parameters_and_first_loss_is_minus_mean_reward() -> Non
             assert (g > 0) == (reward > 0), (reward, g)
 
 
-def test_combine_with_rollout_logprobs_matches_hand_value() -> None:
+def test_combine_first_step_matches_hand_value() -> None:
     eng = engine("combine", w_opd=2.0, w_rl=0.5)
     batch = samples([1.0, -1.0])
     [mb] = micro_batches(batch, 2, pad_id=0)
-    current = eng.logprobs(mb)
-    # Rollout log-probs equal to the trainer's: ratio 1, IS weight 1, no mismatch.
-    mb.rollout_logprobs = current * mb.response_mask
-    mb.has_rollout = torch.tensor([True, True])
-    mb.teacher_logprobs = (current - 0.25) * mb.response_mask  # teacher - old = -0.25
-    mb.has_teacher = torch.tensor([True, True])
+    gaps = with_rollout(eng, [mb])
+    old = eng.logprobs(mb)
+    mb.teacher_logprobs = (old - 0.25) * mb.response_mask  # teacher - old = -0.25
+    mb.has_teacher = torch.tensor([True, False])  # the second sample has no teacher signal
     before = eng.parameters_snapshot()
     stats = eng.train_step([mb])
-    n = [len(s.response_ids) for s in batch]
-    adv = [2.0 * -0.25 + 0.5 * s.reward for s in batch]
-    expected = -sum(a * k for a, k in zip(adv, n, strict=True)) / sum(n)
-    assert stats.pg_loss == pytest.approx(expected, abs=1e-5)
-    assert stats.train_rollout_logprob_abs_diff == pytest.approx(0.0, abs=1e-5)
+    rewards = mb.rewards.tolist()
+    advantages = [
+        [2.0 * -0.25 + 0.5 * rewards[0]] * len(gaps[0]),
+        [0.5 * rewards[1]] * len(gaps[1]),
+    ]
+    assert stats.pg_loss == pytest.approx(
+        first_step_loss(advantages, gaps, "seq_mean_token_mean"), abs=1e-5
+    )
     assert changed(before, eng.parameters_snapshot())
+
+
+def test_topk_distillation_adds_its_weighted_reverse_kl() -> None:
+    eng = engine("opd", topk_distill_coef=0.5)
+    [mb] = micro_batches(samples([0.0, 0.0], teacher=True), 2, pad_id=0)
+    k = 3
+    ids = torch.zeros(*mb.response_mask.shape, k, dtype=torch.long)
+    teacher = torch.zeros(*mb.response_mask.shape, k)
+    for b, t in mb.response_mask.nonzero().tolist():
+        ids[b, t] = torch.tensor([(b + t) % VOCAB, (b + t + 7) % VOCAB, (b + t + 20) % VOCAB])
+        teacher[b, t] = torch.log(torch.tensor([0.5, 0.2, 0.1]))
+    mb.teacher_topk_ids, mb.teacher_topk_logprobs = ids, teacher
+    mb.has_teacher_topk = torch.tensor([True, False])
+    with torch.no_grad():
+        logits = eng.engine(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+        probs = torch.softmax(logits[:, :-1].double(), -1)
+    positions = [(0, t) for t in mb.response_mask[0].nonzero().flatten().tolist()]
+    per_token = []
+    for b, t in positions:  # reverse KL over the 3 ids and the tail, from the probabilities
+        p = [float(probs[b, t, i]) for i in ids[b, t].tolist()]
+        q = [0.5, 0.2, 0.1]
+        p, q = [*p, 1 - sum(p)], [*q, 1 - sum(q)]
+        per_token.append(sum(pi * math.log(pi / qi) for pi, qi in zip(p, q, strict=True)))
+    stats = eng.train_step([mb])
+    # seq-mean: the second sample has no top-K, so only the first one's mean counts
+    assert stats.topk_kl == pytest.approx(sum(per_token) / len(per_token), rel=1e-4)
+    assert stats.loss == pytest.approx(stats.pg_loss + 0.5 * stats.topk_kl, abs=1e-6)
 
 
 def test_opd_moves_the_policy_toward_the_teacher() -> None:

@@ -5,13 +5,14 @@ import itertools
 import pytest
 
 from pipeline.scoring.judge import (
-    early_stop_outcome,
     majority_vote,
     needs_third_vote,
     parse_hint,
     parse_score,
     select_hint,
 )
+from pipeline.scoring.judge.voting import eval_votes
+from pipeline.testing.scripted_judge import ScriptedJudgeClient
 
 
 @pytest.mark.parametrize(
@@ -84,23 +85,31 @@ def test_majority_vote(votes: list[int | None], expected: float) -> None:
     assert majority_vote(votes) == expected
 
 
-def test_early_stop_reaches_the_fixed_majority_on_every_sequence() -> None:
-    values = (-1, 0, 1, None)
-    for seq in itertools.product(values, repeat=3):
-        assert early_stop_outcome(list(seq)) == majority_vote(list(seq)), seq
+SEQUENCES = list(itertools.product((-1, 0, 1, None), repeat=3))  # None: a failed vote
 
 
-def test_early_stop_consults_the_third_vote_only_on_disagreement() -> None:
-    assert early_stop_outcome([1, 1]) == 1.0
-    assert early_stop_outcome([-1, -1]) == -1.0
-    assert not needs_third_vote(0, 0)
+@pytest.mark.parametrize("votes", SEQUENCES, ids=str)
+async def test_early_stop_voting_reaches_the_majority_of_all_three(votes: tuple) -> None:
+    """The production early-stop path, fed this sequence, scores it as a fixed m=3 vote would."""
+    client = ScriptedJudgeClient(votes)
+    result = await eval_votes(client, "answer", "user", "reply", m=3, vote_mode="early_stop")  # type: ignore[arg-type]
+    assert result.score == majority_vote(list(votes))
+    agree = votes[0] is not None and votes[0] == votes[1]
+    assert result.judge_calls == client.calls == (2 if agree else 3)
+    assert result.votes == list(votes[: result.judge_calls])
+
+
+async def test_fixed_voting_asks_all_m_votes() -> None:
+    client = ScriptedJudgeClient([1, 1, -1])
+    result = await eval_votes(client, "answer", "user", "reply", m=3)  # type: ignore[arg-type]
+    assert (result.score, result.votes, client.calls) == (1.0, [1, 1, -1], 3)
+
+
+def test_needs_third_vote() -> None:
+    assert not needs_third_vote(0, 0) and not needs_third_vote(-1, -1)
     assert needs_third_vote(1, -1)
     assert needs_third_vote(None, None)  # two failed votes decide nothing
     assert needs_third_vote(None, 1)
-    with pytest.raises(ValueError, match="third vote is needed"):
-        early_stop_outcome([1, -1])
-    with pytest.raises(ValueError, match="at least two"):
-        early_stop_outcome([1])
 
 
 def test_select_hint_takes_the_longest_positive_hint_over_ten_chars() -> None:
@@ -110,6 +119,18 @@ def test_select_hint_takes_the_longest_positive_hint_over_ten_chars() -> None:
     assert select_hint([(1, " 0123456789A ")]) == "0123456789A"
     assert select_hint([(-1, long), (None, long), (1, None)]) is None
     assert select_hint([]) is None
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))), ids=str)
+def test_select_hint_picks_the_longest_of_several_accepted_hints(order: tuple) -> None:
+    hints = [
+        (1, "Quote the exact figure."),  # 23 characters
+        (1, "Run the tests before saying they pass; quote the failing one."),  # the longest
+        (1, "Check the path first."),  # 21
+        (-1, "A rejected vote with the longest hint of all, which must never be chosen."),
+    ]
+    chosen = select_hint([hints[i] for i in order])
+    assert chosen == "Run the tests before saying they pass; quote the failing one."
 
 
 def test_prompts_fence_untrusted_content() -> None:

@@ -12,7 +12,7 @@ from pipeline.broker.local import free_port_pair
 from pipeline.scoring import metrics
 from pipeline.settings import Settings
 from pipeline.training.config import TrainerConfig
-from pipeline.training.consumer import Trainer
+from pipeline.training.trainer import Trainer
 
 
 @pytest.fixture

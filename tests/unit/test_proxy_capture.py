@@ -192,3 +192,27 @@ def test_session_counters_continue_after_a_restart(tmp_path: Path) -> None:
     assert again.take("a") == 2 and len(again) == 2
     assert again.forget_older_than(3600) == 0
     assert again.forget_older_than(-1) == 2 and again.take("a") == 0
+
+
+def test_reasoning_content_is_captured_for_training() -> None:
+    data = {
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": "42", "reasoning_content": "6 x 7"},
+                "finish_reason": "stop",
+            }
+        ]
+    }
+    assert from_completion(data).reasoning_content == "6 x 7"
+    asm = StreamAssembler()
+    asm.feed(
+        sse(
+            delta({"role": "assistant", "reasoning_content": "6 x "}),
+            delta({"reasoning_content": "7"}),
+            delta({"content": "42"}, finish="stop"),
+        )
+    )
+    got = asm.result()
+    assert (got.reasoning_content, got.content) == ("6 x 7", "42")
+    turn = build_turn(request_meta({}, BODY, "main"), 0, BODY, got, None, 1.0)
+    assert turn.response.reasoning_content == "6 x 7"

@@ -12,8 +12,8 @@ import pytest
 from pipeline.settings import Settings
 from pipeline.training import retention
 from pipeline.training.config import TrainerConfig
-from pipeline.training.consumer import Trainer
 from pipeline.training.retention import prune_checkpoints, prune_weight_versions
+from pipeline.training.trainer import Trainer
 
 
 def names(path: Path) -> set[str]:
@@ -108,7 +108,7 @@ def test_the_trainer_keeps_the_newest_checkpoints_and_weight_versions(
     )
     deepspeed = FakeDeepSpeed()
     trainer = Trainer(Settings(), config, SimpleNamespace(engine=deepspeed), tokenizer=None)
-    consumer = SimpleNamespace(commit=lambda offsets, **kw: None)
+    trainer.source.consumer = SimpleNamespace(commit=lambda offsets, **kw: None)
     out = SimpleNamespace(
         flush=lambda timeout=None: None,
         send=lambda *a, **kw: SimpleNamespace(failed=lambda: False, succeeded=lambda: True),
@@ -117,7 +117,7 @@ def test_the_trainer_keeps_the_newest_checkpoints_and_weight_versions(
     def step(n: int) -> None:
         trainer.state.step = n
         trainer._push_weights(out, n)  # type: ignore[arg-type]
-        trainer._checkpoint_and_commit(consumer, out, [])  # type: ignore[arg-type]
+        trainer._checkpoint_and_commit(out, [])  # type: ignore[arg-type]
 
     for n in range(1, 6):
         step(n)
@@ -127,7 +127,7 @@ def test_the_trainer_keeps_the_newest_checkpoints_and_weight_versions(
     # Nothing is deleted for a checkpoint or a push that did not succeed.
     deepspeed.fail = True
     monkeypatch.setattr(
-        "pipeline.training.consumer.push_to_servers",
+        "pipeline.training.trainer.push_to_servers",
         lambda urls, path: (_ for _ in ()).throw(OSError("policy server down")),
     )
     with pytest.raises(OSError, match="No space left"):

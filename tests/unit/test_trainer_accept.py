@@ -1,4 +1,5 @@
-"""Which samples the trainer takes into a batch, and why it skips the others."""
+"""Which samples the trainer takes into a batch, why it skips the others, and the
+checkpoint-then-commit protocol around each step."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from kafka.future import Future
 from pytest import MonkeyPatch
 
+import pipeline.training.checkpoint as checkpoint_module
 import pipeline.training.outbox as outbox_module
 from pipeline.errors import BrokerError
 from pipeline.events import JudgeIdentity, Response, Sample, encode
+from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
+from pipeline.training.checkpoint import TrainerState, commit_waiting, reconcile_ledger_log
 from pipeline.training.config import TrainerConfig
-from pipeline.training.consumer import Ledger, Trainer, TrainerState, reconcile_ledger_log
 from pipeline.training.engine import StepMetrics
+from pipeline.training.intake import Intake, Ledger
+from pipeline.training.outbox import Outbox
+from pipeline.training.trainer import Trainer
 
 
 def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
@@ -42,49 +48,61 @@ def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
     )
 
 
-def trainer(tmp_path: Path, **kw) -> Trainer:  # type: ignore[no-untyped-def]
-    config = TrainerConfig(checkpoint_dir=str(tmp_path / "ckpt"), **kw)
-    return Trainer(Settings(), config, engine=None, tokenizer=None)
+def intake(**kw) -> Intake:  # type: ignore[no-untyped-def]
+    config = TrainerConfig(**kw)
+    return Intake(config, None, DeadLetters(Settings().topics), Outbox())
 
 
 def rec(s: Sample, offset: int = 0) -> SimpleNamespace:
     return SimpleNamespace(value=encode(s), topic="samples.scored", partition=0, offset=offset)
 
 
-def test_stale_samples_are_dropped_or_kept_by_policy(tmp_path: Path) -> None:
-    drop = trainer(tmp_path, max_staleness=4, stale_policy="drop")
-    drop.state.policy_version = 10
-    drop._accept(rec(sample(1, version=5)), out=None)  # 5 behind: dropped
-    drop._accept(rec(sample(2, version=6)), out=None)  # 4 behind: kept
+def test_stale_samples_are_dropped_or_kept_by_policy() -> None:
+    drop = intake(max_staleness=4, stale_policy="drop")
+    drop.accept(rec(sample(1, version=5)), None, policy_version=10)  # 5 behind: dropped
+    drop.accept(rec(sample(2, version=6)), None, policy_version=10)  # 4 behind: kept
     assert drop.skipped["stale"] == 1 and [p.sample.sample_id for p in drop.pending] == ["s:2"]
-    keep = trainer(tmp_path, max_staleness=4, stale_policy="correct")
-    keep.state.policy_version = 10
-    keep._accept(rec(sample(1, version=0)), out=None)
+    keep = intake(max_staleness=4, stale_policy="correct")
+    keep.accept(rec(sample(1, version=0)), None, policy_version=10)
     assert len(keep.pending) == 1 and not keep.skipped
 
 
-def test_excluded_and_duplicate_samples_take_no_slot(tmp_path: Path) -> None:
-    t = trainer(tmp_path)
+def test_excluded_and_duplicate_samples_take_no_slot() -> None:
+    t = intake()
     t.ledger.add("s:1")
     for s in (sample(1), sample(2, mask=0), sample(3), sample(3)):
-        t._accept(rec(s), out=None)
+        t.accept(rec(s), None, policy_version=0)
     assert [p.sample.sample_id for p in t.pending] == ["s:3"]
     assert t.skipped == {"duplicate": 2, "excluded:neutral_score": 1}
 
 
-def test_token_budget_batches(tmp_path: Path) -> None:
-    t = trainer(tmp_path, max_tokens_per_batch=7)
+def test_token_budget_batches() -> None:
+    t = intake(max_tokens_per_batch=7)
     for i in range(5):
-        t._accept(rec(sample(i)), out=None)  # 3 tokens each
-    assert t._batch_ready() and t._batch_size() == 2
+        t.accept(rec(sample(i)), None, policy_version=0)  # 3 tokens each
+    assert t.batch_ready() and t.batch_size() == 2
+    assert [s.sample_id for s in t.take_batch()] == ["s:0", "s:1"] and len(t.pending) == 3
 
 
-def test_commit_offsets_hold_back_to_the_oldest_untrained_sample(tmp_path: Path) -> None:
-    t = trainer(tmp_path)
+def test_commit_offsets_hold_back_to_the_oldest_untrained_sample() -> None:
+    t = intake()
     for offset in (5, 6):
-        t._accept(rec(sample(offset), offset=offset), out=None)
-    t.positions = {0: 7, 1: 40}
-    assert t._commit_offsets() == {0: 5, 1: 40}
+        t.accept(rec(sample(offset), offset=offset), None, policy_version=0)
+    assert t.held_offsets({0: 7, 1: 40}) == {0: 5, 1: 40}
+
+
+def test_a_sample_whose_teacher_misses_tokens_trains_without_it_and_is_counted() -> None:
+    from prometheus_client import REGISTRY
+
+    name = "turnstream_trainer_teacher_misaligned_total"
+    before = REGISTRY.get_sample_value(name) or 0  # process-wide: compare with the increase
+    t = intake(mode="opd")
+    short = sample(1).model_copy(update={"mode": "opd", "teacher_logprobs": []})
+    covered = sample(2).model_copy(update={"mode": "opd", "teacher_logprobs": [-0.5]})
+    for s in (short, covered):
+        t.accept(rec(s), None, policy_version=0)
+    assert [p.sample.teacher_logprobs for p in t.pending] == [None, [-0.5]]
+    assert REGISTRY.get_sample_value(name) == before + 1
 
 
 def test_ledger_is_bounded_and_the_log_follows_the_checkpoint(tmp_path: Path) -> None:
@@ -97,11 +115,11 @@ def test_ledger_is_bounded_and_the_log_follows_the_checkpoint(tmp_path: Path) ->
     assert log.read_text() == "1\ta\n1\tb\n2\tc\n2\te\n"
 
 
-def test_a_zero_score_with_loss_mask_1_is_trained(tmp_path: Path) -> None:
+def test_a_zero_score_with_loss_mask_1_is_trained() -> None:
     # A reward processor's 0 is a SUCCESS signal: the trainer goes by the mask, not the score.
-    t = trainer(tmp_path)
+    t = intake()
     zero = sample(1).model_copy(update={"score": 0.0, "reward_metrics": {"rule": 0.0}})
-    t._accept(rec(zero), out=None)
+    t.accept(rec(zero), None, policy_version=0)
     assert [p.sample.sample_id for p in t.pending] == ["s:1"] and not t.skipped
 
 
@@ -121,18 +139,14 @@ class FlakyConsumer:
         self.committed.append(offsets)
 
 
-def test_a_commit_waits_out_a_broker_restart(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
-    import pipeline.training.consumer as consumer_module
-
-    monkeypatch.setattr(consumer_module.time, "sleep", lambda _s: None)
-    t = trainer(tmp_path)
+def test_a_commit_waits_out_a_broker_restart(monkeypatch: MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint_module.time, "sleep", lambda _s: None)
     flaky = FlakyConsumer(failures=3)
-    t._commit(flaky, {0: 7})  # type: ignore[arg-type]
+    commit_waiting(flaky, "samples.scored", {0: 7}, stop=lambda: False)  # type: ignore[arg-type]
     assert [{tp.partition: m.offset for tp, m in c.items()} for c in flaky.committed] == [{0: 7}]
-    stopping = trainer(tmp_path)
-    stopping.requests.stop = True  # a stop during the outage: the checkpoint has the offsets
+    # a stop during the outage: the checkpoint has the offsets
     down = FlakyConsumer(failures=10**6)
-    stopping._commit(down, {0: 7})  # type: ignore[arg-type]
+    commit_waiting(down, "samples.scored", {0: 7}, stop=lambda: True)  # type: ignore[arg-type]
     assert down.committed == []
 
 
@@ -145,10 +159,21 @@ class FakeEngine:
         self.steps = 0
         self.saved: dict = {}
 
-    def train_step(self, batches: list, total: int) -> StepMetrics:
+    def train_step(self, batches: list, tokens: int, samples: int) -> StepMetrics:
         self.steps += 1
         n = sum(len(mb.input_ids) for mb in batches)
-        return StepMetrics(self.steps, n, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, total, 1.0, None)
+        assert n == samples
+        zeros = dict.fromkeys(("loss", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "kl"), 0.0)
+        return StepMetrics(
+            step=self.steps,
+            samples=n,
+            reward_mean=1.0,
+            response_length=1.0,
+            tokens=tokens,
+            tokens_per_s=1.0,
+            train_rollout_logprob_abs_diff=None,
+            **zeros,
+        )
 
     def save_checkpoint(self, save_dir: str, tag: str, client_state: dict) -> None:
         self.saved = copy.deepcopy(client_state)
@@ -187,23 +212,26 @@ class OutageProducer:
         self._in_flight = []
 
 
-def tokenized_trainer(tmp_path: Path, engine: FakeEngine) -> Trainer:
+def tokenized_trainer(
+    tmp_path: Path, engine: FakeEngine, consumer: FlakyConsumer | None = None
+) -> Trainer:
     config = TrainerConfig(
         checkpoint_dir=str(tmp_path / "ckpt"),
         rollout_batch_size=2,
         update_weights_interval=0,
         metrics_jsonl=None,
     )
-    return Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
+    t = Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
+    t.source.consumer = consumer or FlakyConsumer(failures=0)  # what open() would connect
+    return t
 
 
 def poll(t: Trainer, records: list[SimpleNamespace], out: OutageProducer) -> None:
     """What ``Trainer._lead`` does with one poll's records, then the steps they fill."""
     for r in records:
-        t._accept(r, out)  # type: ignore[arg-type]
-        t.positions[r.partition] = r.offset + 1
-    while t._batch_ready():
-        t._step(FlakyConsumer(failures=0), out, [])  # type: ignore[arg-type]
+        t.intake.accept(r, out, t.state.policy_version)  # type: ignore[arg-type]
+        t.source.passed(r)
+    t._steps_ready(out)  # type: ignore[arg-type]
 
 
 def test_skip_counts_survive_a_restart_without_counting_twice(tmp_path: Path) -> None:
@@ -226,16 +254,16 @@ def test_skip_counts_survive_a_restart_without_counting_twice(tmp_path: Path) ->
     saved = engine.saved["trainer_state"]
     assert saved["offsets"] == {"0": 5} and saved["step"] == 1
     assert saved["skipped"] == {"duplicate": 1, "excluded:neutral_score": 2}
-    assert first.skipped == {"duplicate": 2, "excluded:neutral_score": 2, "invalid": 1}
+    assert first.intake.skipped == {"duplicate": 2, "excluded:neutral_score": 2, "invalid": 1}
 
     restarted = tokenized_trainer(tmp_path, engine)  # killed: resume from the checkpoint
-    assert restarted.skipped == {"duplicate": 1, "excluded:neutral_score": 2}
-    poll(restarted, topic[restarted.positions[0] :], out)
+    assert restarted.intake.skipped == {"duplicate": 1, "excluded:neutral_score": 2}
+    poll(restarted, topic[restarted.source.positions[0] :], out)
     saved = engine.saved["trainer_state"]
     assert saved["offsets"] == {"0": 9} and saved["step"] == 2
     assert saved["ledger"] == ["s:1", "s:3", "s:5", "s:6"]
     real = {"duplicate": 2, "excluded:neutral_score": 2, "invalid": 1}
-    assert saved["skipped"] == real and restarted.skipped == real
+    assert saved["skipped"] == real and restarted.intake.skipped == real
 
 
 def test_dead_letters_are_delivered_after_an_outage_before_the_commit(
@@ -244,11 +272,11 @@ def test_dead_letters_are_delivered_after_an_outage_before_the_commit(
     monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
     garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
     engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
-    t = tokenized_trainer(tmp_path, engine)
+    t = tokenized_trainer(tmp_path, engine, consumer)
     out = OutageProducer(failures=3)  # the broker stays down for three delivery timeouts
-    t._accept(garbage, out)  # type: ignore[arg-type]
-    t.positions[0] = 1
-    t._checkpoint_and_commit(consumer, out, [])  # type: ignore[arg-type]
+    t.intake.accept(garbage, out, 0)  # type: ignore[arg-type]
+    t.source.passed(garbage)
+    t._checkpoint_and_commit(out, [])  # type: ignore[arg-type]
     assert out.sends == 4  # sent again after each failure (at-least-once)
     assert [(topic, json.loads(v)["source"]) for topic, _k, v in out.delivered] == [
         (t.settings.topics.deadletter.name, "samples.scored/0/0")
@@ -264,15 +292,15 @@ def test_a_stop_during_the_outage_leaves_the_dead_letters_to_the_restart(
     monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
     garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
     engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
-    t = tokenized_trainer(tmp_path, engine)
+    t = tokenized_trainer(tmp_path, engine, consumer)
     out = OutageProducer(failures=10**6)
-    t._accept(garbage, out)  # type: ignore[arg-type]
-    t.positions[0] = 1
+    t.intake.accept(garbage, out, 0)  # type: ignore[arg-type]
+    t.source.passed(garbage)
     t.requests.stop = True
-    t._checkpoint_and_commit(consumer, out, [])  # type: ignore[arg-type]
+    t._checkpoint_and_commit(out, [])  # type: ignore[arg-type]
     # neither a checkpoint nor a commit past the undelivered record: it is read again
     assert engine.saved == {} and consumer.committed == [] and len(t.outbox.records) == 1
     refused = OutageProducer(error=MessageSizeTooLargeError("too large"), failures=1)
     t.requests.stop = False  # a refusal that waiting cannot cure still fails loudly
     with pytest.raises(BrokerError, match="could not be delivered"):
-        t._checkpoint_and_commit(consumer, refused, [])  # type: ignore[arg-type]
+        t._checkpoint_and_commit(refused, [])  # type: ignore[arg-type]

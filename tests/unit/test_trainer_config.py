@@ -73,3 +73,25 @@ def test_zero3_weight_push_is_refused_clearly(tmp_path: Path) -> None:
     path.write_text("zero_stage: 3\nupdate_weights_interval: 1\n")
     with pytest.raises(ConfigError, match="ZeRO-3 is not supported yet"):
         load_trainer_config(path)
+
+
+def test_loss_aggregation_defaults_to_the_references_and_help_says_so() -> None:
+    assert TrainerConfig().loss_agg == "seq_mean_token_mean"
+    [line] = [x for x in config_help().splitlines() if x.startswith("loss_agg ")]
+    assert "'seq_mean_token_mean'" in line and "slime" in line and "token_mean" in line
+    assert TrainerConfig(loss_agg="token_mean").loss_agg == "token_mean"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("mode: rl\ntopk_distill_coef: 0.5\n", "topk_distill_coef needs a teacher"),
+        ("tis_clip: 0.5\n", "tis_clip must be >= 1"),
+        ("loss_agg: sum\n", "option loss_agg"),
+    ],
+)
+def test_loss_options_are_checked(tmp_path: Path, yaml_text: str, message: str) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=message):
+        load_trainer_config(path)

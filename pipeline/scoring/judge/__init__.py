@@ -1,15 +1,9 @@
 """The judge ("PRM"): prompts, output parsing and voting, as pure functions."""
 
 from pipeline.scoring.judge.parse import parse_hint, parse_score
-from pipeline.scoring.judge.vote import (
-    early_stop_outcome,
-    majority_vote,
-    needs_third_vote,
-    select_hint,
-)
+from pipeline.scoring.judge.vote import majority_vote, needs_third_vote, select_hint
 
 __all__ = [
-    "early_stop_outcome",
     "majority_vote",
     "needs_third_vote",
     "parse_hint",

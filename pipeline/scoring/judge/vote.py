@@ -23,22 +23,6 @@ def needs_third_vote(first: int | None, second: int | None) -> bool:
     return first is None or first != second
 
 
-def early_stop_outcome(votes: Sequence[int | None]) -> float:
-    """The score early-stop voting reaches on this vote sequence.
-
-    The first two votes are asked together; the third is consulted only when
-    they do not agree. Equal by construction to ``majority_vote(votes[:3])``.
-    """
-    if len(votes) < 2:
-        raise ValueError(f"early stop needs at least two votes, got {len(votes)}")
-    first, second = votes[0], votes[1]
-    if not needs_third_vote(first, second):
-        return float(first)  # type: ignore[arg-type]
-    if len(votes) < 3:
-        raise ValueError("the first two votes disagree: a third vote is needed")
-    return majority_vote(votes[:3])
-
-
 def select_hint(votes_with_hints: Sequence[tuple[int | None, str | None]]) -> str | None:
     """The longest hint over 10 characters among +1 votes; None means no OPD signal."""
     best: str | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -64,20 +63,3 @@ async def hint_votes(
     return HintResult(
         select_hint(pairs), [v for v, _ in pairs], len(outputs), time.monotonic() - start
     )
-
-
-async def combine_votes(
-    client: JudgeClient,
-    response_text: str,
-    next_role: str,
-    next_content: str,
-    m: int = 3,
-    vote_mode: VoteMode = "fixed",
-    hint_m: int = 1,
-) -> tuple[EvalResult, HintResult]:
-    """Eval and hint votes at the same time (the reference runs them one after another)."""
-    ev, hi = await asyncio.gather(
-        eval_votes(client, response_text, next_role, next_content, m, vote_mode),
-        hint_votes(client, response_text, next_role, next_content, hint_m),
-    )
-    return ev, hi

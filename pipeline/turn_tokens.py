@@ -1,0 +1,144 @@
+"""The token ids a turn trains on, as the policy's chat template renders them.
+
+One function builds a response's ids for the trainer's batches and for the
+OPD teacher's prompt, so rollout, teacher and trainer log-probs describe the
+same tokens: what the template renders for the reply after the prompt
+(``reasoning_content`` where the template renders it, text, tool calls) up
+to and including the end-of-turn token, the tokenizer's eos. Ids the serving
+engine returned win; the end-of-turn token is appended when they lack it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from pipeline.events import ChatMessage, Response
+
+
+def chat_dicts(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as the plain dicts a chat template takes."""
+    return [m.model_dump(exclude_none=True) for m in messages]
+
+
+def render(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+) -> str:
+    """The chat template's text for ``messages`` (with tool definitions when given)."""
+    return str(
+        tokenizer.apply_chat_template(
+            messages,
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+    )
+
+
+def end_of_turn_id(tokenizer: Any) -> int | None:
+    """The policy's end-of-turn token: its tokenizer's eos (None without a tokenizer)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return eos if isinstance(eos, int) else None
+
+
+def assistant_message(response: Response) -> dict[str, Any]:
+    """The reply as a chat message; tool-call arguments parsed as the templates expect."""
+    reply: dict[str, Any] = {"role": "assistant", "content": response.content or ""}
+    if response.reasoning_content:
+        reply["reasoning_content"] = response.reasoning_content
+    if response.tool_calls:
+        reply["tool_calls"] = [_parsed_arguments(c) for c in response.tool_calls]
+    return reply
+
+
+def prompt_token_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    own_ids: Sequence[int] | None = None,
+) -> list[int]:
+    """The prompt's ids: the serving engine's own, else the template's generation prompt."""
+    if own_ids is not None:
+        return list(own_ids)
+    text = render(tokenizer, messages, tools, add_generation_prompt=True)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def response_token_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    response: Response,
+    tools: Sequence[dict[str, Any]] | None,
+    own_ids: Sequence[int] | None = None,
+) -> list[int]:
+    """The response's ids, ending with the end-of-turn token.
+
+    ``own_ids`` (what the serving engine generated) win, with the end-of-turn
+    token appended when they lack it. Otherwise the template renders the
+    conversation with the reply and the part after the generation prompt is
+    tokenised, cut after its last end-of-turn token (what a template adds after
+    it, such as ChatML's newline, is never generated).
+    """
+    eot = end_of_turn_id(tokenizer)
+    if own_ids is not None:
+        ids = list(own_ids)
+        return [*ids, eot] if eot is not None and (not ids or ids[-1] != eot) else ids
+    prompt = render(tokenizer, messages, tools, add_generation_prompt=True)
+    try:
+        full = render(tokenizer, [*messages, assistant_message(response)], tools, False)
+    except Exception:  # a template that cannot render this reply: plain text below
+        full = ""
+    if full.startswith(prompt) and len(full) > len(prompt):
+        ids = list(tokenizer.encode(full[len(prompt) :], add_special_tokens=False))
+        if eot in ids:
+            return ids[: len(ids) - ids[::-1].index(eot)]
+    else:
+        ids = list(tokenizer.encode(_plain_text(response), add_special_tokens=False))
+    return [*ids, eot] if eot is not None else ids
+
+
+def align_rollout(
+    logprobs: Sequence[float] | None, response_ids: Sequence[int], eot: int | None
+) -> list[float] | None:
+    """Rollout log-probs position by position over ``response_ids``; NaN = none reported.
+
+    One entry short with the last token the end-of-turn token (engines that
+    report no log-prob for it): that position is NaN, so it gets no importance
+    correction. Any other length does not describe these tokens: None.
+    """
+    if logprobs is None:
+        return None
+    n = len(response_ids)
+    if len(logprobs) == n:
+        return [float(v) for v in logprobs]
+    if len(logprobs) == n - 1 and n and response_ids[-1] == eot:
+        return [float(v) for v in logprobs] + [math.nan]
+    return None
+
+
+def _plain_text(response: Response) -> str:
+    calls = "".join(
+        f"{c.get('function', {}).get('name', '')}({c.get('function', {}).get('arguments', '')})"
+        for c in response.tool_calls or []
+    )
+    return (response.content or "") + calls
+
+
+def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI sends arguments as a JSON string; HF chat templates expect a mapping."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            parsed = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            return call
+        if isinstance(parsed, dict):
+            return {**call, "function": {**fn, "arguments": parsed}}
+    return call
