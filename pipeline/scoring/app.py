@@ -171,6 +171,7 @@ def build_app(
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=topics.samples_scored.max_message_bytes,
+        producer_linger=settings.producer_linger_ms / 1000,
         consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
         stream_buffer_maxsize=max(64, s.window),
     )
