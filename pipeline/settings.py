@@ -126,6 +126,14 @@ class ScoringSettings(BaseSettings):
     idle_timeout_s: float = Field(1800.0, gt=0, description="flush a silent session's turn")
     idle_check_interval_s: float = Field(30.0, gt=0)
     group_id: str = Field("turnstream-scoring", description="consumer group of the workers")
+    session_timeout_s: float = Field(
+        10.0,
+        ge=6.0,
+        description="a worker that stops heartbeating (killed) loses its partitions after this",
+    )
+    commit_interval_s: float = Field(
+        0.5, gt=0, description="how often a worker commits the inputs it has acknowledged"
+    )
     rewards: Path | None = Field(
         None,
         description="YAML of reward processors (pipeline.rewards) to score pairs with, in rl "
@@ -145,6 +153,34 @@ class ScoringSettings(BaseSettings):
         if isinstance(value, str):
             return [u.strip() for u in value.split(",") if u.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScoringSettings:
+        """Rules across settings, checked once here for every process that scores."""
+        if self.judge != "rules" and not self.judge_urls:
+            raise ValueError(
+                f"judge {self.judge!r} needs at least one URL: set TURNSTREAM_SCORING_JUDGE_URLS "
+                "(--judge-url)"
+            )
+        if self.vote_mode == "early_stop" and self.m != 3:
+            raise ValueError(f"vote_mode early_stop is defined for m=3, got m={self.m} (--m)")
+        if self.mode != "rl" and self.judge != "rules":
+            if self.judge != "sglang":
+                raise ValueError(
+                    f"mode {self.mode} needs teacher log-probs from SGLang /generate: "
+                    "use judge sglang (--judge sglang)"
+                )
+            if self.policy_tokenizer is None:
+                raise ValueError(
+                    f"mode {self.mode} needs TURNSTREAM_SCORING_POLICY_TOKENIZER (a local "
+                    "tokenizer directory) to build the teacher prompt"
+                )
+        if self.rewards is not None and self.mode != "rl":
+            raise ValueError(
+                f"TURNSTREAM_SCORING_REWARDS={self.rewards}: reward processors score in rl "
+                f"mode only (mode is {self.mode})"
+            )
+        return self
 
 
 class ProxySettings(BaseSettings):

@@ -177,3 +177,26 @@ def flush_or_raise(prod: KafkaProducer, futures: list[Any], what: str) -> None:
     futures.clear()
     if failed:
         raise BrokerError(f"{len(failed)} {what} could not be delivered: {failed[0].exception!r}")
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """Faust broker credentials from the same KAFKA_* settings every client uses."""
+    import ssl
+
+    import faust
+
+    k = settings.kafka
+    context = None
+    if k.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=str(k.ssl_cafile) if k.ssl_cafile else None)
+        if k.ssl_certfile:
+            context.load_cert_chain(str(k.ssl_certfile), str(k.ssl_keyfile or "") or None)
+        context.check_hostname = k.ssl_check_hostname
+    if k.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=k.sasl_username,
+            password=k.sasl_password.get_secret_value() if k.sasl_password else None,
+            mechanism=k.sasl_mechanism,
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context) if context else None

@@ -32,13 +32,15 @@ def scoring_overrides(
 
 def settings_with_scoring(overrides: dict[str, Any]) -> Settings:
     """Settings whose scoring section has the command-line flags applied on top."""
+    from pydantic import ValidationError
+
     base = load_settings()
     scoring = base.scoring.model_copy(update=overrides)
-    checked = type(base.scoring).model_validate(scoring.model_dump())
-    if checked.judge != "rules" and not checked.judge_urls:
-        raise ConfigError(f"--judge {checked.judge} needs at least one --judge-url")
-    if checked.vote_mode == "early_stop" and checked.m != 3:
-        raise ConfigError(f"--vote-mode early_stop is defined for m=3, got --m {checked.m}")
+    try:
+        checked = type(base.scoring).model_validate(scoring.model_dump())
+    except ValidationError as exc:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise ConfigError(f"invalid scoring settings: {problems}") from exc
     return base.model_copy(update={"scoring": checked})
 
 
@@ -60,7 +62,7 @@ def worker(
     Flags override TURNSTREAM_SCORING_* settings. Start several workers (each
     with its own --web-port and --data-dir) to split the partitions.
     """
-    from pipeline.scoring.app import run_worker
+    from pipeline.scoring.worker import run_worker
 
     overrides = scoring_overrides(
         judge,

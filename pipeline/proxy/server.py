@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pipeline.deadletters import DeadLetters
 from pipeline.errors import ConfigError, EventDecodeError
 from pipeline.events import SessionEnd, encode
 from pipeline.proxy import metrics
@@ -36,7 +37,6 @@ from pipeline.proxy.capture import (
 )
 from pipeline.proxy.sessions import SessionCounters
 from pipeline.proxy.sink import EventSink
-from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import ProxySettings, Settings
 
 log = logging.getLogger(__name__)

@@ -93,7 +93,7 @@ async def _rescore(
     group: str,
     progress: Callable[[RescoreReport], None] | None,
 ) -> RescoreReport:
-    from pipeline.scoring.app import build_judge, load_rewards
+    from pipeline.scoring.judge.factory import build_judge, load_rewards
     from pipeline.scoring.stages import JudgeStage
 
     topics = settings.topics

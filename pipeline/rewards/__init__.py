@@ -23,7 +23,7 @@ from pipeline.rewards.combine import (
 )
 from pipeline.rewards.decorators import aggregate_func, reward_func, sub_reward_func
 from pipeline.rewards.group import group_advantages, group_by, group_input, score_group
-from pipeline.rewards.grouping import GroupPlan, GroupScorer, GroupSpec
+from pipeline.rewards.grouping import GroupPlan, GroupSpec
 from pipeline.rewards.hybrid import HybridReward
 from pipeline.rewards.loading import load_class, load_processor
 from pipeline.rewards.protocols import (
@@ -57,7 +57,6 @@ __all__ = [
     "GroupRewardInput",
     "GroupRewardOutput",
     "GroupRewardProcessor",
-    "GroupScorer",
     "GroupSpec",
     "HybridReward",
     "LengthBias",

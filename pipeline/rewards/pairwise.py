@@ -39,8 +39,9 @@ from pipeline.rewards.types import (
     TaskStatus,
 )
 from pipeline.scoring.judge.client import JudgeClient, JudgeUnavailable
-from pipeline.scoring.judge.parse import parse_preference
+from pipeline.scoring.judge.factory import judge_client
 from pipeline.scoring.judge.prompts import pairwise_messages, render_content, render_response
+from pipeline.scoring.votes import parse_preference
 from pipeline.settings import Settings, load_settings
 
 
@@ -85,19 +86,12 @@ class PairwiseJudge:
 
 def client_from_settings(settings: Settings) -> JudgeClient:
     """The HTTP judge client ``turnstream worker`` would build from these settings."""
-    from pipeline.scoring.app import build_judge  # the worker's own builder (imports faust)
-
-    rl_only = settings.model_copy(
-        update={"scoring": settings.scoring.model_copy(update={"mode": "rl"})}
-    )
-    judge, _teacher = build_judge(rl_only)
-    client = getattr(judge, "client", None)
-    if client is None:
+    if settings.scoring.judge == "rules":
         raise ConfigError(
             f"a pairwise judge needs an HTTP judge (TURNSTREAM_SCORING_JUDGE=sglang or openai); "
             f"it is {settings.scoring.judge!r}"
         )
-    return client
+    return judge_client(settings)
 
 
 def _context(input: GroupRewardInput) -> str:

@@ -13,16 +13,15 @@ from typing import Any
 
 from pipeline.errors import RewardError
 from pipeline.rewards.types import RewardInput, RewardOutput, response_text
+from pipeline.scoring.judge.asking import Judge
 from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.judge.factory import build_judge
 from pipeline.scoring.judge.prompts import render_content
-from pipeline.scoring.score import Judge
 from pipeline.settings import Settings, load_settings
 
 
 def judge_from_settings(settings: Settings) -> Judge:
     """The eval judge ``turnstream worker`` would build from these settings."""
-    from pipeline.scoring.app import build_judge  # the worker's own builder (imports faust)
-
     rl_only = settings.model_copy(
         update={"scoring": settings.scoring.model_copy(update={"mode": "rl"})}
     )

@@ -1,10 +1,17 @@
-"""Loss masks: which scored turns the trainer learns from, and why not the others."""
+"""Loss masks: which scored turns the trainer learns from, and why not the others.
+
+:func:`decide` is the one rule for every mode: rl by :func:`decide_mask`,
+combine by :func:`decide_combine_mask`, opd by whether a hint was accepted.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pipeline.events import ExcludeReason
+
+Mode = Literal["rl", "opd", "combine"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +52,20 @@ def decide_combine_mask(score: float, has_next_state: bool, hint_accepted: bool)
     if score == 0 and not hint_accepted:
         return MaskDecision(0, "neutral_score", False)
     return MaskDecision(1, None, False)
+
+
+def decide(
+    mode: Mode, score: float, has_next_state: bool, first_judged: bool, hint_accepted: bool
+) -> tuple[int, ExcludeReason | None]:
+    """(loss_mask, exclude_reason) of one judged turn in ``mode``.
+
+    opd trains a turn exactly when a hint was accepted (its teacher signal);
+    without a next state it is excluded as ``no_next_state``, else ``no_hint``.
+    """
+    if mode == "combine":
+        decision = decide_combine_mask(score, has_next_state, hint_accepted)
+    else:
+        decision = decide_mask(score, has_next_state, first_judged)
+    if mode == "opd":
+        return (1, None) if hint_accepted else (0, decision.exclude_reason or "no_hint")
+    return decision.loss_mask, decision.exclude_reason

@@ -36,9 +36,6 @@ JUDGE_RETRIES = Counter(
     "turnstream_judge_request_retries_total",
     "judge HTTP requests retried after a transient failure",
 )
-DEAD_LETTERS = Counter(
-    "turnstream_dead_letters_total", "records sent to the dead-letter topic", ["stage"]
-)
 IN_FLIGHT = Gauge("turnstream_judge_pairs_in_flight", "pairs being judged by this worker")
 SKIPPED_RECOVERED = Counter(
     "turnstream_skipped_records_recovered_total",

@@ -56,7 +56,10 @@ class SessionState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SessionState:
-        return cls(**data) if data else cls()
+        """A state to step from; ``data`` is never changed (it may be waiting to be stored)."""
+        if not data:
+            return cls()
+        return cls(data["pending"], list(data["seen"]), data["judged"], data["last_seen"])
 
 
 @dataclass(frozen=True)

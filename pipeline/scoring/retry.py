@@ -9,9 +9,9 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.broker.clients import consumer_config, flush_or_raise, producer
+from pipeline.deadletters import DeadLetters
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import RetryRecord, decode_as, encode
-from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
 
 

@@ -15,31 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.deadletters import DeadLetters, Out
 from pipeline.errors import EventDecodeError
-from pipeline.events import (
-    Paired,
-    RetryRecord,
-    Sample,
-    dead_letter,
-    decode_as,
-    decode_input,
-    encode,
-)
+from pipeline.events import Paired, RetryRecord, Sample, decode_as, decode_input, encode
+from pipeline.rewards.quality import LengthBias
 from pipeline.scoring import metrics
+from pipeline.scoring.judge.asking import Judge, score_pair
 from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.judge.teacher import Teacher
+from pipeline.scoring.mask import Mode
 from pipeline.scoring.pairing import SessionState, pair_step
-from pipeline.scoring.score import Judge, Mode, score_pair
-from pipeline.scoring.teacher import Teacher
+from pipeline.scoring.rewarding import score_with_processor
 from pipeline.topics import Topics
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Out:
-    topic: str
-    key: bytes | None
-    value: bytes
 
 
 @dataclass(frozen=True)
@@ -49,36 +38,6 @@ class PairResult:
     forget: bool
     outs: list[Out]
     outcome: str
-
-
-class DeadLetters:
-    """Builds dead-letter records that say what, why and where."""
-
-    def __init__(self, topics: Topics) -> None:
-        self.topic = topics.deadletter.name
-        self.max_raw = topics.deadletter.max_message_bytes // 2
-        # what the broker would refuse: above max.message.bytes, less room for the batch
-        self.limits = {spec.name: spec.max_message_bytes - 1024 for spec in topics}
-
-    def __call__(self, stage: str, error: str, source: str, raw: bytes | None) -> Out:
-        metrics.DEAD_LETTERS.labels(stage).inc()
-        record = dead_letter(stage, error, source, raw, time.time(), self.max_raw)
-        return Out(self.topic, None, encode(record))
-
-    def unless_fits(self, stage: str, out: Out, what: str, source: str) -> Out:
-        """``out``, or a dead letter saying why when it is too large for its topic.
-
-        Kept here rather than sent: the broker would refuse it, a refused send stops
-        the worker, and the same record would stop the next one.
-        """
-        limit = self.limits[out.topic]
-        if len(out.value) <= limit:
-            return out
-        error = (
-            f"{what} is {len(out.value):,} bytes, above {out.topic} max.message.bytes "
-            f"less 1 KiB ({limit:,})"
-        )
-        return self(stage, error, source, out.value)
 
 
 class PairingStage:
@@ -155,16 +114,9 @@ class JudgeStage:
         self.teacher = teacher
         self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
         self.groups = groups  # a GroupScorer: grouped turns are scored together
-        self._score_with_rewards: Any = None
-        from pipeline.rewards.quality import LengthBias
-
         uses_rewards = rewards is not None or groups is not None
         # judge quality: does the score grow with response length? (judged pairs only)
         self.length_bias = LengthBias(processor="rewards" if uses_rewards else "judge")
-        if uses_rewards:
-            from pipeline.rewards.stage import score_with_processor
-
-            self._score_with_rewards = score_with_processor
 
     async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
         try:
@@ -177,7 +129,7 @@ class JudgeStage:
             if self.groups is not None and (paired.turn.group_id or self.rewards is None):
                 sample = await self.groups.score(paired)
             elif self.rewards is not None:
-                sample = await self._score_with_rewards(paired, self.rewards, self.judge.identity)
+                sample = await score_with_processor(paired, self.rewards, self.judge.identity)
             else:
                 sample = await score_pair(paired, self.judge, self.mode, self.teacher)
         except JudgeUnavailable as exc:

@@ -17,9 +17,9 @@ from typing import Any
 
 from kafka import KafkaProducer
 
+from pipeline.deadletters import DeadLetters
 from pipeline.errors import EventDecodeError
 from pipeline.events import Sample, decode_as
-from pipeline.scoring.stages import DeadLetters
 from pipeline.training.batch import TokenizedSample, tokenize_sample
 from pipeline.training.config import TrainerConfig
 from pipeline.training.metrics import TEACHER_MISALIGNED

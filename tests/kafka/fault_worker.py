@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pipeline.scoring.app as worker_app
+import pipeline.scoring.worker as worker_app
 from pipeline.events import Paired, decode_as
-from pipeline.scoring.sessions import SessionTable
+from pipeline.scoring.faust_fixes.sessions import SessionTable
 
 MARK = Path(os.environ["TURNSTREAM_TEST_MARK"])
 
@@ -38,13 +38,13 @@ def hold_pair(sample_id: str) -> None:
         paired = settings.topics.turns_paired.name
         topics: dict[str, Any] = {}
 
-        async def send(outs: list[Any]) -> list[Any]:
+        def send(outs: list[Any]) -> list[Any]:
             stored = []
             for out in outs:
                 if out.topic == paired and decode_as(Paired, out.value).sample_id == sample_id:
                     stored.append(never_stored(f"pair {sample_id}"))
                 else:
-                    stored.append(await topics[out.topic].send(key=out.key, value=out.value))
+                    stored.append(topics[out.topic].send_soon(key=out.key, value=out.value))
             return stored
 
         app = build(settings, judge, sender=send, **kwargs)

@@ -6,10 +6,10 @@ import asyncio
 
 import orjson
 
+from pipeline.deadletters import Out
 from pipeline.events import DeadLetter, Paired, Sample, decode_as, encode
-from pipeline.scoring.app import build_app
-from pipeline.scoring.score import RulesJudge
-from pipeline.scoring.stages import Out
+from pipeline.scoring.judge.rules import RulesJudge
+from pipeline.scoring.worker import build_app
 from pipeline.settings import KafkaSettings, Settings
 
 SETTINGS = Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"), topic_prefix="tc.")
@@ -32,8 +32,9 @@ def turn(index: int, last: str) -> bytes:
 def app_with_sink():  # type: ignore[no-untyped-def]
     sent: list[Out] = []
 
-    async def sink(outs: list[Out]) -> None:
+    def sink(outs: list[Out]) -> list[object]:
         sent.extend(outs)
+        return []  # nothing to wait for: stored at once
 
     app = build_app(SETTINGS, RulesJudge(), sender=sink)
     app.finalize()

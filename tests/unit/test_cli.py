@@ -37,7 +37,7 @@ def test_worker_flags_are_checked_before_anything_starts() -> None:
     from pipeline.cli.worker import settings_with_scoring
     from pipeline.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="needs at least one --judge-url"):
+    with pytest.raises(ConfigError, match=r"needs at least one URL.*--judge-url"):
         settings_with_scoring({"judge": "sglang"})
     with pytest.raises(ConfigError, match="early_stop is defined for m=3"):
         settings_with_scoring({"vote_mode": "early_stop", "m": 5})
@@ -46,12 +46,12 @@ def test_worker_flags_are_checked_before_anything_starts() -> None:
 
 
 def test_worker_web_host_and_port_flags_reach_its_settings(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import pipeline.scoring.app
+    import pipeline.scoring.worker
 
     started = []
     monkeypatch.delenv("TURNSTREAM_SCORING_WEB_HOST", raising=False)
     monkeypatch.setattr(
-        pipeline.scoring.app, "run_worker", lambda settings, loglevel: started.append(settings)
+        pipeline.scoring.worker, "run_worker", lambda settings, loglevel: started.append(settings)
     )
     result = runner.invoke(app, ["worker", "--web-host", "0.0.0.0", "--web-port", "16066"])
     assert result.exit_code == 0, result.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pipeline.scoring.guard import OffsetGuard, Record
+from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
 
 
 class FakeLog:

@@ -8,8 +8,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from pipeline.errors import TurnstreamError
+from pipeline.scoring.judge.asking import eval_votes, hint_votes
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
-from pipeline.scoring.judge.voting import eval_votes, hint_votes
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 
 Start = Callable[..., "AsyncIterator[tuple[JudgeSimulator, str]]"]

@@ -14,10 +14,12 @@ import torch
 from aiohttp.test_utils import TestServer
 
 from pipeline.events import JudgeIdentity, Paired, Sample, Turn, decode_input
+from pipeline.scoring.judge.asking import HttpJudge, score_pair
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.voting import EvalResult, HintResult
-from pipeline.scoring.score import HttpJudge, build_sample, judge_identity, score_pair
-from pipeline.scoring.teacher import HINT_MARKER, PolicyTokenizer, Teacher, TeacherOutput, with_hint
+from pipeline.scoring.judge.factory import judge_identity
+from pipeline.scoring.judge.teacher import HINT_MARKER, PolicyTokenizer, Teacher, with_hint
+from pipeline.scoring.samples import TeacherOutput, build_sample
+from pipeline.scoring.votes import EvalResult, HintResult
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 from pipeline.training.batch import collate, tokenize_sample
 
@@ -242,21 +244,15 @@ def test_combine_keeps_a_turn_with_either_signal(
     assert got == expected
 
 
-def test_opd_needs_sglang_and_a_policy_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.errors import ConfigError
-    from pipeline.scoring.app import build_judge
-    from pipeline.settings import ScoringSettings, Settings
+def test_opd_needs_sglang_and_a_policy_tokenizer() -> None:
+    from pydantic import ValidationError
 
-    openai = Settings(
-        scoring=ScoringSettings(judge="openai", judge_urls=["http://127.0.0.1:9"], mode="opd")
-    )
-    with pytest.raises(ConfigError, match="use --judge sglang"):
-        build_judge(openai)
-    no_tok = Settings(
-        scoring=ScoringSettings(judge="sglang", judge_urls=["http://127.0.0.1:9"], mode="combine")
-    )
-    with pytest.raises(ConfigError, match="TURNSTREAM_SCORING_POLICY_TOKENIZER"):
-        build_judge(no_tok)
+    from pipeline.settings import ScoringSettings
+
+    with pytest.raises(ValidationError, match="use judge sglang"):
+        ScoringSettings(judge="openai", judge_urls=["http://127.0.0.1:9"], mode="opd")
+    with pytest.raises(ValidationError, match="TURNSTREAM_SCORING_POLICY_TOKENIZER"):
+        ScoringSettings(judge="sglang", judge_urls=["http://127.0.0.1:9"], mode="combine")
 
 
 async def test_top_k_teacher_logprobs_are_kept_per_token(tiny_tokenizer: Path) -> None:
@@ -288,7 +284,7 @@ async def test_top_k_teacher_logprobs_are_kept_per_token(tiny_tokenizer: Path) -
 
 
 def test_sglang_prompts_use_the_judge_tokenizer_chat_template(tiny_tokenizer: Path) -> None:
-    from pipeline.scoring.app import build_judge
+    from pipeline.scoring.judge.factory import build_judge
     from pipeline.settings import ScoringSettings, Settings
 
     settings = Settings(

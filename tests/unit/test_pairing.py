@@ -143,3 +143,19 @@ def test_every_main_turn_of_the_examples_is_paired_once() -> None:
     assert len(ids) == len(set(ids)) == mains
     firsts = {p.turn.session_id for p in pairs if p.first_judged}
     assert len(firsts) == len({p.turn.session_id for p in pairs if p.next_state})
+
+
+def test_a_stored_state_is_never_changed_by_the_steps_after_it() -> None:
+    """The worker writes a state to the changelog only once its pairs are stored, so the
+    dict of one step may still be waiting while later events of the session step on."""
+    import copy
+
+    first = pair_step(None, turn(0), 1.0, IDLE).state
+    assert first is not None
+    waiting = first.to_dict()
+    snapshot = copy.deepcopy(waiting)
+    state = SessionState.from_dict(waiting)
+    for event in (turn(1), message("thanks"), turn(2), end()):
+        step = pair_step(state, event, 2.0, IDLE)
+        state = step.state
+    assert waiting == snapshot

@@ -21,7 +21,7 @@ from pipeline.rewards import (
     setup_processor,
 )
 from pipeline.rewards.prm import PrmJudge
-from pipeline.scoring.score import RulesJudge
+from pipeline.scoring.judge.rules import RulesJudge
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "rewards"
 

@@ -31,8 +31,8 @@ from pipeline.rewards import (
 )
 from pipeline.rewards.prm import PrmJudge
 from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.voting import EvalResult
-from pipeline.scoring.score import RulesJudge
+from pipeline.scoring.judge.rules import RulesJudge
+from pipeline.scoring.votes import EvalResult
 from pipeline.settings import ScoringSettings, Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 

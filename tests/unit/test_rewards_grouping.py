@@ -27,7 +27,6 @@ from pipeline.rewards import (
     GroupReward,
     GroupRewardInput,
     GroupRewardOutput,
-    GroupScorer,
     Reward,
     RewardInput,
     RewardOutput,
@@ -36,10 +35,11 @@ from pipeline.rewards import (
     load_plan,
     load_weighted,
 )
-from pipeline.scoring.app import load_rewards
+from pipeline.scoring.groups import GroupScorer
 from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.judge.factory import load_rewards
+from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.retry import RetryReport, _route
-from pipeline.scoring.score import RulesJudge
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
 from pipeline.training.batch import sample_reward, tokenize_sample

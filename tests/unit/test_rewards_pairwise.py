@@ -9,8 +9,8 @@ from pipeline.errors import ConfigError
 from pipeline.rewards import AgentOutput, GroupRewardInput, TaskStatus
 from pipeline.rewards.pairwise import PairwiseGroupReward, PairwiseJudge, client_from_settings
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.parse import parse_preference
 from pipeline.scoring.judge.prompts import pairwise_messages
+from pipeline.scoring.votes import parse_preference
 from pipeline.settings import Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from pipeline.errors import ConfigError
 from pipeline.events import (
     DeadLetter,
     JudgeIdentity,
@@ -23,13 +23,13 @@ from pipeline.events import (
     encode,
 )
 from pipeline.rewards import HybridReward, RewardInput, RewardOutput
-from pipeline.rewards.stage import judge_calls_of, score_with_processor
-from pipeline.scoring.app import load_rewards
 from pipeline.scoring.judge.client import JudgeUnavailable
+from pipeline.scoring.judge.factory import load_rewards
+from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.retry import RetryReport, _route
-from pipeline.scoring.score import RulesJudge
+from pipeline.scoring.rewarding import judge_calls_of, score_with_processor
 from pipeline.scoring.stages import JudgeStage
-from pipeline.settings import Settings
+from pipeline.settings import ScoringSettings, Settings
 
 IDENTITY = JudgeIdentity(backend="rules", prompt_version="v1")
 SETTINGS = Settings()
@@ -142,9 +142,8 @@ def test_a_failed_rule_makes_no_judge_call_through_the_stage() -> None:
 def test_rewards_are_for_rl_mode_only(tmp_path: Path) -> None:
     config = tmp_path / "rewards.yaml"
     config.write_text("processors:\n  - classpath: examples.rewards.refusal:SafetyProcessor\n")
-    opd = SETTINGS.scoring.model_copy(update={"mode": "opd", "rewards": config})
-    with pytest.raises(ConfigError, match="rl mode only"):
-        load_rewards(SETTINGS.model_copy(update={"scoring": opd}))
+    with pytest.raises(ValidationError, match="rl mode only"):
+        ScoringSettings(mode="opd", rewards=config)
     rl = SETTINGS.scoring.model_copy(update={"rewards": config})
     assert load_rewards(SETTINGS.model_copy(update={"scoring": rl})) is not None
     assert load_rewards(SETTINGS) is None

@@ -69,7 +69,7 @@ def test_yaml_settings_file_is_lowest_priority(monkeypatch: pytest.MonkeyPatch, 
 def test_security_settings_flow_to_the_faust_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     import faust
 
-    from pipeline.scoring.app import faust_credentials
+    from pipeline.broker.clients import faust_credentials
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9093")
     monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
@@ -107,3 +107,41 @@ def test_flush_or_raise_reports_undelivered_records() -> None:
     assert prod.flushed == 1 and ok == []
     with pytest.raises(BrokerError, match="1 dead letters could not be delivered"):
         flush_or_raise(prod, [Future(None), Future(TimeoutError("t"))], "dead letters")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"TURNSTREAM_SCORING_JUDGE": "sglang"}, "needs at least one URL"),
+        ({"TURNSTREAM_SCORING_VOTE_MODE": "early_stop", "TURNSTREAM_SCORING_M": "5"}, "m=3"),
+        (
+            {"TURNSTREAM_SCORING_JUDGE": "openai", "TURNSTREAM_SCORING_JUDGE_URLS": "http://j:1",
+             "TURNSTREAM_SCORING_MODE": "combine"},
+            "needs teacher log-probs from SGLang",
+        ),
+        (
+            {"TURNSTREAM_SCORING_JUDGE": "sglang", "TURNSTREAM_SCORING_JUDGE_URLS": "http://j:1",
+             "TURNSTREAM_SCORING_MODE": "opd"},
+            "TURNSTREAM_SCORING_POLICY_TOKENIZER",
+        ),
+        (
+            {"TURNSTREAM_SCORING_REWARDS": "r.yaml", "TURNSTREAM_SCORING_MODE": "opd"},
+            "rl mode only",
+        ),
+    ],
+)  # fmt: skip
+def test_scoring_rules_across_settings_are_checked_when_settings_load(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], problem: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=problem):
+        load_settings()
+
+
+def test_a_consistent_scoring_setup_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNSTREAM_SCORING_JUDGE", "sglang")
+    monkeypatch.setenv("TURNSTREAM_SCORING_JUDGE_URLS", "http://j:1,http://j:2")
+    monkeypatch.setenv("TURNSTREAM_SCORING_VOTE_MODE", "early_stop")
+    scoring = load_settings().scoring
+    assert scoring.judge_urls == ["http://j:1", "http://j:2"] and scoring.m == 3

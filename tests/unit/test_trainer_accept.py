@@ -15,9 +15,9 @@ from pytest import MonkeyPatch
 
 import pipeline.training.checkpoint as checkpoint_module
 import pipeline.training.outbox as outbox_module
+from pipeline.deadletters import DeadLetters
 from pipeline.errors import BrokerError
 from pipeline.events import JudgeIdentity, Response, Sample, encode
-from pipeline.scoring.stages import DeadLetters
 from pipeline.settings import Settings
 from pipeline.training.checkpoint import TrainerState, commit_waiting, reconcile_ledger_log
 from pipeline.training.config import TrainerConfig

@@ -18,7 +18,7 @@ from pipeline.events import JudgeIdentity, Paired, Sample
 from pipeline.rewards.protocols import RewardProcessor, run_processor
 from pipeline.rewards.types import reward_input_from_paired
 from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.score import build_sample
+from pipeline.scoring.samples import build_sample
 
 
 def judge_calls_of(metrics: dict[str, float]) -> int:

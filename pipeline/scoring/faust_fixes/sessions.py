@@ -1,5 +1,12 @@
 """The pairing agent's session table: its durable copy never runs ahead of the pairs it implies.
 
+Works around: faust-streaming writing a table's changelog record when a key is
+set, independently of the agent's outputs (at-least-once mode; its
+exactly-once mode, which would tie them in a transaction, loses or duplicates
+under kill -9: robinhood/faust#340, faust-streaming #323, #517). Can go when
+Faust can tie a changelog write to the delivery of an event's outputs.
+Uses only public table API (``Table.data``, ``Table.send_changelog``).
+
 Faust writes a table's changelog record the moment a key is set, before the
 agent's outputs for the same record are stored. A worker killed in between
 restarts with the new state (say, ``pending`` = turn 2) while the pair that
@@ -9,7 +16,7 @@ broker; the re-read turn 2 is then a duplicate, and the pair is lost.
 So the agent sets a session's new state in memory at once (the session's next
 record needs it) and writes its changelog record only once the record's
 outputs are stored (:meth:`SessionTable.persist`, the durable step of
-pipeline.scoring.delivery), and acknowledges its input only once that record
+pipeline.scoring.faust_fixes.acks), and acknowledges its input only once that record
 is stored too. A kill before the changelog record lands restarts from the
 older state: the input is read again and its pairs emitted again (duplicates,
 which downstream collapses by sample_id).
@@ -17,7 +24,7 @@ which downstream collapses by sample_id).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -51,3 +58,11 @@ class SessionTable:
 
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.table.data.items())
+
+    def persisting(
+        self, writes: list[tuple[int, str, dict[str, Any] | None]]
+    ) -> Callable[[], list[Awaitable[Any]]] | None:
+        """The durable step of one input: its session-state changes, in order (None: none)."""
+        if not writes:
+            return None
+        return lambda: [self.persist(partition, sid, state) for partition, sid, state in writes]

@@ -11,12 +11,12 @@ prompt length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.events import Turn
 from pipeline.scoring.judge.client import JudgeClient
+from pipeline.scoring.samples import TeacherOutput
 from pipeline.turn_tokens import chat_dicts, render, response_token_ids
 
 HINT_MARKER = "[user's hint / instruction]"
@@ -54,12 +54,6 @@ class PolicyTokenizer:
         text = render(self.tok, with_hint(messages, hint), turn.tools, add_generation_prompt=True)
         prompt_ids = self.tok.encode(text, add_special_tokens=False)
         return list(prompt_ids) + response_ids, len(response_ids)
-
-
-@dataclass(frozen=True)
-class TeacherOutput:
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[float, int]]] | None  # per token: top-K (log-prob, id)
 
 
 class Teacher:

@@ -4,14 +4,14 @@ import itertools
 
 import pytest
 
-from pipeline.scoring.judge import (
+from pipeline.scoring.judge.asking import eval_votes
+from pipeline.scoring.votes import (
     majority_vote,
     needs_third_vote,
     parse_hint,
     parse_score,
     select_hint,
 )
-from pipeline.scoring.judge.voting import eval_votes
 from pipeline.testing.scripted_judge import ScriptedJudgeClient
 
 

@@ -1,5 +1,10 @@
 """Handover: commit what this worker handled before its partitions move to another.
 
+Works around: faust-streaming double-processing after a scale-out rebalance
+(faust-streaming #502) and its commit never passing records it did not
+deliver itself (see ``guard``). Can go when Faust commits the acked offsets of
+revoked partitions before giving them up, and the guard is gone.
+
 When a rebalance revokes partitions, faust-streaming (0.15) drops its record of
 the offsets acked on them *before* its own final commit runs, so that commit
 carries nothing for them: the group's offset stays at the last timer commit
@@ -7,13 +12,12 @@ carries nothing for them: the group's offset stays at the last timer commit
 then a second time. Seen when a second worker joins mid-run: hundreds of
 duplicate samples, each one m judge calls spent twice.
 
-``Handled`` keeps, per partition, the offset after the last record whose
-outputs were handed to the producer. Faust drains the agents before it signals
-the revocation, so at that point every record seen is handled;
-``commit_handed_over`` waits until the producer has sent everything (outputs
-and table changelog) and then commits those offsets for the revoked
-partitions. ``commit_idle`` does the same for a worker with nothing in flight
-whose Faust commit is stuck in front of records the offset guard read back.
+``Handled`` keeps, per partition, the offset after the last record
+acknowledged (its outputs and session state stored: ``acks``);
+``commit_handed_over`` waits until the producer has sent everything and then
+commits those offsets for the revoked partitions. ``commit_idle`` does the
+same for a worker with nothing in flight whose Faust commit is stuck in front
+of records the offset guard read back.
 Committing only what was delivered keeps the guarantee at-least-once: a record
 is never committed before its outputs are on the log.
 """
@@ -24,6 +28,8 @@ import asyncio
 import logging
 import time
 from typing import Any
+
+from pipeline.scoring.faust_fixes import adapter
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +92,11 @@ async def commit_idle(
     behind = {
         key: position
         for key, position in handled.positions(assigned).items()
-        if (consumer._committed_offset.get(TP(*key)) or 0) < position
+        if adapter.committed_offset(consumer, TP(*key)) < position
     }
     if not behind or not await _drained(app, timeout_s, "positions of idle partitions"):
         return {}
-    offsets = {TP(t, p): offset for (t, p), offset in behind.items()}
-    await consumer._commit(offsets)
-    consumer._committed_offset.update(offsets)
+    await adapter.commit(consumer, {TP(t, p): offset for (t, p), offset in behind.items()})
     log.info("committed %d idle partition position(s) ahead of Faust's", len(behind))
     return behind
 
@@ -118,6 +122,31 @@ async def commit_handed_over(
     positions = handled.take(revoked_keys)
     if not positions:
         return {}
-    await app.consumer._commit({TP(t, p): offset for (t, p), offset in positions.items()})
+    await adapter.commit(app.consumer, {TP(t, p): o for (t, p), o in positions.items()})
     log.info("committed %d handed-over partition position(s)", len(positions))
     return positions
+
+
+async def exit_after_refused_output(app: Any, handled: Handled, exc: BaseException) -> None:
+    """Stop this worker after an output was refused: commit what was delivered, then exit 1.
+
+    Not Faust's graceful stop: it waits for its unacknowledged records to be
+    acknowledged, and the ones behind the refused output never will be. Whoever
+    takes the partitions reads them again from the commit.
+    """
+    import os
+    import sys
+
+    log.error("stopping the worker: an output could not be delivered (%r)", exc)
+    try:
+        assigned = app.consumer.assignment()
+        await asyncio.wait_for(commit_handed_over(app, handled, assigned, timeout_s=10), 15)
+    except Exception as commit_exc:  # the broker may be the problem: the last commit stands
+        log.warning("could not commit the delivered positions before stopping: %r", commit_exc)
+    sys.stderr.write(
+        f"error: stopped: an output could not be delivered to Kafka ({exc!r}); "
+        "its input and everything after it are read again from the last commit\n"
+    )
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(1)

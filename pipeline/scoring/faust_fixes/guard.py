@@ -1,9 +1,13 @@
 """OffsetGuard: notice records a Faust stream skipped, and read them back.
 
-faust-streaming can skip the first record(s) of a partition when a worker
-starts or a rebalance lands while its fetcher is running (the record is read,
-dropped, and its offset counted as read; see faust-streaming issues #34, #115,
-#216). Its commit then moves past the record: a pair or a turn would be lost.
+Works around: faust-streaming skipping the first record(s) of a partition
+when a worker starts or a rebalance lands while its fetcher is running (the
+record is read, dropped, and its offset counted as read; faust-streaming
+#34, #115, #216), and dropping records it had fetched at the end of a
+partition when a rebalance lands (``stranded``). Its commit then moves past
+the record: a pair or a turn would be lost. Can go when those issues are
+fixed in the pinned faust-streaming (the kafka tests of the scoring worker
+still pass with the guard's read-backs counted at 0).
 
 The guard keeps, per partition, the next offset the agent should see: the
 group's committed offset (or the log start) when the partition is newly

@@ -1,0 +1,93 @@
+"""What the scoring worker's agents share: one context object over the stages and repairs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from faust.types import StreamT
+
+from pipeline.deadletters import Out
+from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
+from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
+from pipeline.scoring.faust_fixes.handover import Handled, exit_after_refused_output
+from pipeline.scoring.faust_fixes.sessions import SessionTable
+from pipeline.scoring.stages import JudgeStage, PairingStage
+from pipeline.settings import Settings
+
+
+@dataclass
+class Worker:
+    """What both agents share: the stages, the session table, the outputs, the repairs."""
+
+    settings: Settings
+    app: faust.App
+    turns: Any  # the chat.turns topic (the idle sweep writes session ends to it)
+    pairing: PairingStage
+    judging: JudgeStage
+    sessions: SessionTable
+    send: Send
+    guard: OffsetGuard | None = None
+    on_delivery_failure: Callable[[BaseException], Any] | None = None
+    handled: Handled = field(default_factory=Handled)
+    acks: list[InOrderAcks] = field(default_factory=list)
+    stopping: list[asyncio.Future[None]] = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> int:
+        """Inputs the agents hold unacknowledged (Faust keeps a stream's last one unacked)."""
+        return sum(acks.pending for acks in self.acks)
+
+    def undelivered(self, exc: BaseException) -> None:
+        if self.on_delivery_failure is not None:
+            self.on_delivery_failure(exc)
+        elif not self.stopping:
+            self.stopping.append(
+                asyncio.ensure_future(exit_after_refused_output(self.app, self.handled, exc))
+            )
+
+    @asynccontextmanager
+    async def acknowledging(
+        self, stream: StreamT
+    ) -> AsyncIterator[tuple[InOrderAcks, Callable[[Any], Then]]]:
+        """One agent's in-order acknowledgements, running for as long as the agent does."""
+        acks = InOrderAcks(self.settings.scoring.window, self.send, self.undelivered)
+        self.acks.append(acks)
+
+        def then(event: Any) -> Then:
+            async def ack() -> None:
+                if event is not None:  # None: a record the guard read back (no Faust ack)
+                    await stream.ack(event)
+                    m = event.message
+                    self.handled.done(m.topic, m.partition, m.offset)
+
+            return ack
+
+        runner = asyncio.ensure_future(acks.run())
+        try:
+            yield acks, then
+        finally:
+            runner.cancel()
+            acks.drop()
+
+    async def recovered(self, message: Any) -> list[Record]:
+        """Records before ``message`` that the stream skipped (read back by the guard)."""
+        if self.guard is None:
+            return []
+        return await self.guard.missing(message.topic, message.partition, message.offset)
+
+    def pair_record(self, raw: bytes | None, key: bytes | None, where: str, partition: int,
+                    outs: list[Out], writes: list[tuple[int, str, Any]]) -> None:  # fmt: skip
+        result = self.pairing.handle(raw, key, where, self.sessions.get)
+        if result.session_id is not None:
+            state = None if result.forget else result.state
+            self.sessions.set(result.session_id, state)
+            writes.append((partition, result.session_id, state))
+        outs.extend(result.outs)
+
+    def judge_record(self, raw: bytes | None, key: bytes | None, where: str) -> Awaitable[Any]:
+        return asyncio.ensure_future(self.judging.handle(raw, key, where))

@@ -1,0 +1,157 @@
+"""Acknowledge an input record only once everything it produced is on the broker.
+
+Works around: faust-streaming's ``topic.send`` returning once a record is
+buffered, while its stream acknowledges (and later commits) an event when the
+agent moves on; a send the broker refuses afterwards is only logged
+(``Producer`` callbacks in ``faust/transport/producer.py``). Can go when a
+Faust agent can acknowledge an event on its outputs' delivery.
+
+Faust's ``topic.send`` returns as soon as a record is in the producer's buffer;
+the broker's answer comes later, on a future. An agent that acknowledged its
+input on return would let the consumer commit past a record whose outputs
+were then refused or timed out (the failure is only logged): a loss.
+
+:class:`InOrderAcks` takes each input's outputs (or the task that will
+produce them), sends them in arrival order, and holds the input's
+acknowledgement until they are stored, so a commit can never pass an input
+whose outputs are not stored. An input may also carry a *durable step*
+(the pairing agent's session-state change): it is started only once the
+input's outputs are stored, in arrival order, and the input is acknowledged
+only once the step is stored too. State on the log therefore never implies an
+output that is not (a worker killed in between restarts from older state and
+emits the output again: a duplicate, never a loss).
+
+A delivery that fails (after the producer's own retries) stops the
+acknowledgements there and reports the error: the worker stops, and whoever
+takes its partitions reads the unacknowledged inputs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pipeline.deadletters import Out
+from pipeline.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+Then = Callable[[], Awaitable[None]]
+# started once an input's outputs are stored; returns what resolves once it is stored
+Durable = Callable[[], list[Awaitable[Any]]]
+# hands outputs to the producer; returns what resolves once each is stored
+Send = Callable[[list[Out]], list[Awaitable[Any]]]
+
+
+class DeliveryFailed(BrokerError):
+    """An output could not be stored on the broker."""
+
+
+class InOrderAcks:
+    """Sends each input's outputs and runs its ``then`` (its acknowledgement) once stored.
+
+    Three stages, each in arrival order: the outputs (awaited when they are a
+    task, such as a pair being judged) are handed to the producer; once stored,
+    the input's durable step starts; once that is stored, the input is
+    acknowledged. At most ``limit`` inputs are between :meth:`add` and their
+    acknowledgement (``add`` waits).
+    """
+
+    def __init__(self, limit: int, send: Send, on_failure: Callable[[BaseException], Any]) -> None:
+        self._send = send
+        self._on_failure = on_failure
+        self._slots = asyncio.Semaphore(limit)
+        self._outputs: asyncio.Queue[tuple[Any, Durable | None, Then]] = asyncio.Queue()
+        self._stored: asyncio.Queue[tuple[list[Awaitable[Any]], Durable | None, Then]]
+        self._stored = asyncio.Queue()
+        self._durable: asyncio.Queue[tuple[list[Awaitable[Any]], Then]] = asyncio.Queue()
+        self.failure: BaseException | None = None
+        self.pending = 0  # inputs added and not yet acknowledged
+
+    async def add(
+        self,
+        outputs: list[Out] | Awaitable[list[Out]],
+        then: Then,
+        durable: Durable | None = None,
+    ) -> None:
+        """Queue one input (waits while ``limit`` inputs are unacknowledged)."""
+        if self.failure is not None:
+            raise DeliveryFailed(f"an earlier output was not delivered: {self.failure!r}")
+        await self._slots.acquire()
+        self.pending += 1
+        self._outputs.put_nowait((outputs, durable, then))
+
+    def drop(self) -> int:
+        """Forget every input not yet acknowledged (the agent stops; they stay unacknowledged)."""
+        for queue in (self._outputs, self._stored, self._durable):
+            while not queue.empty():
+                item = queue.get_nowait()
+                if isinstance(item[0], asyncio.Future):
+                    item[0].cancel()
+        dropped, self.pending = self.pending, 0
+        return dropped
+
+    async def run(self) -> None:
+        """Send and acknowledge in order until a delivery fails (then report it and stop)."""
+        stages = [asyncio.ensure_future(s()) for s in (self._sending, self._storing, self._acking)]
+        try:
+            done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
+            for stage in done:
+                stage.result()
+        finally:
+            for stage in stages:
+                stage.cancel()
+
+    async def _sending(self) -> None:
+        while True:
+            outputs, durable, then = await self._outputs.get()
+            outs = outputs if isinstance(outputs, list) else await outputs
+            try:
+                stored = self._send(outs)
+            except Exception as exc:  # refused before it was even buffered
+                self._failed(exc)
+                return
+            self._stored.put_nowait((stored, durable, then))
+
+    async def _storing(self) -> None:
+        while True:
+            stored, durable, then = await self._stored.get()
+            if not await self._all_stored(stored):
+                return
+            try:
+                writes = durable() if durable else []
+            except Exception as exc:  # refused before it was even buffered
+                self._failed(exc)
+                return
+            self._durable.put_nowait((writes, then))
+
+    async def _acking(self) -> None:
+        while True:
+            stored, then = await self._durable.get()
+            if not await self._all_stored(stored):
+                return
+            self.pending -= 1
+            self._slots.release()
+            await then()
+
+    async def _all_stored(self, deliveries: list[Awaitable[Any]]) -> bool:
+        for delivery in deliveries:
+            try:
+                await delivery
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(exc)
+                return False
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failure = exc
+        log.error(
+            "an output was not delivered to Kafka (%r): its input and every later one stay "
+            "unacknowledged, to be read again",
+            exc,
+        )
+        self._on_failure(exc)

@@ -1,0 +1,100 @@
+"""One factory for the configured judge (and OPD teacher) and the reward plan.
+
+The scoring worker, ``turnstream rescore`` and the reward processors
+(pipeline.rewards.prm, pipeline.rewards.pairwise) build their judge here, from
+the same settings; nothing here imports Faust.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pipeline.errors import ConfigError
+from pipeline.events import JudgeIdentity
+from pipeline.scoring.judge.asking import HttpJudge, Judge
+from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
+from pipeline.scoring.judge.prompts import PROMPT_VERSION
+from pipeline.scoring.judge.rules import RulesJudge
+from pipeline.scoring.judge.teacher import PolicyTokenizer, Teacher
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def judge_identity(
+    backend: Literal["rules", "sglang", "openai"], model: str | None, urls: list[str]
+) -> JudgeIdentity:
+    return JudgeIdentity(backend=backend, model=model, prompt_version=PROMPT_VERSION, urls=urls)
+
+
+def judge_client(settings: Settings) -> JudgeClient:
+    """The HTTP client of the configured SGLang or OpenAI-compatible judge."""
+    s = settings.scoring
+    if s.judge == "rules":
+        raise ConfigError("the rules judge has no HTTP client: set --judge sglang or openai")
+    config = JudgeConfig(
+        backend=s.judge,
+        urls=s.judge_urls,
+        model=s.judge_model,
+        api_key=s.judge_api_key.get_secret_value() if s.judge_api_key else None,
+        timeout_s=s.judge_timeout_s,
+        max_attempts=s.judge_max_attempts,
+        concurrency=s.judge_concurrency,
+    )
+    render = _chat_renderer(s.judge_tokenizer) if s.judge == "sglang" else None
+    return JudgeClient(config, render) if render else JudgeClient(config)
+
+
+def build_judge(settings: Settings) -> tuple[Judge, Teacher | None]:
+    """The configured judge, and the OPD teacher when the mode needs one.
+
+    The settings model has already checked the combinations (a URL for an HTTP
+    judge, SGLang and a policy tokenizer for a teacher).
+    """
+    s = settings.scoring
+    if s.judge == "rules":
+        if s.mode != "rl":
+            log.warning("the rules judge gives hints but no teacher log-probs (mode %s)", s.mode)
+        return RulesJudge(), None
+    client = judge_client(settings)
+    identity = judge_identity(s.judge, s.judge_model, list(s.judge_urls))
+    judge = HttpJudge(client, identity, m=s.m, vote_mode=s.vote_mode, hint_m=s.hint_m)
+    teacher = None
+    if s.mode in ("opd", "combine") and s.policy_tokenizer is not None:
+        teacher = Teacher(client, PolicyTokenizer(s.policy_tokenizer), s.teacher_top_k)
+    return judge, teacher
+
+
+def load_rewards(settings: Settings) -> Any:
+    """The rewards of ``TURNSTREAM_SCORING_REWARDS`` (a RewardPlan), set up; None when unset."""
+    path = settings.scoring.rewards
+    if path is None:
+        return None
+    from pipeline.rewards.combine import load_plan
+
+    plan = load_plan(path)
+    group = plan.group
+    if group is not None and group.size is not None and group.size > settings.scoring.window:
+        raise ConfigError(
+            f"{path}: group.size {group.size} is larger than TURNSTREAM_SCORING_WINDOW "
+            f"({settings.scoring.window}): a group's members wait in the judging window, "
+            "so it must hold a whole group; raise the window or lower the size"
+        )
+    plan.setup()
+    log.info("scoring with the rewards of %s", path)
+    return plan
+
+
+def _chat_renderer(tokenizer_path: Any) -> Callable[[Sequence[dict[str, Any]]], str] | None:
+    """The judge model's chat template from a local tokenizer, or ChatML without one."""
+    if tokenizer_path is None:
+        log.warning("no judge tokenizer configured: SGLang prompts use a ChatML template")
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_path), local_files_only=True)
+    return lambda messages: str(
+        tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    )

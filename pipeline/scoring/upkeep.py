@@ -1,0 +1,116 @@
+"""The scoring worker's timers and rebalance hooks: idle sessions, lag, stranded partitions.
+
+- idle sessions: a session silent for ``idle_timeout_s`` is ended on the log
+  (a ``session_end`` with reason ``idle_timeout`` on chat.turns), so the
+  pairing agent applies the decision in order;
+- lag: records behind on each input topic for this worker's partitions, from
+  its own consumer (no extra Kafka clients);
+- the Faust repairs that run on a timer or a rebalance (``faust_fixes``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from pipeline.events import SessionEnd, encode
+from pipeline.scoring import metrics
+from pipeline.scoring.context import Worker
+from pipeline.scoring.faust_fixes import adapter
+from pipeline.scoring.faust_fixes.handover import commit_handed_over, commit_idle
+
+log = logging.getLogger(__name__)
+
+STRANDED_CHECK_S = 5.0  # how long a partition may hold records nobody delivers, while idle
+LAG_EVERY_S = 10.0
+
+
+def install(w: Worker) -> None:
+    """Connect the rebalance hooks and start the timers of ``w``'s app."""
+    app, s = w.app, w.settings.scoring
+    flagged: dict[str, float] = {}
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
+        await commit_handed_over(_app, w.handled, revoked)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def forget_elsewhere(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
+        kept = {(tp.topic, tp.partition) for tp in assigned}
+        w.handled.keep_only(kept)
+        if w.guard is not None:
+            w.guard.reset(kept)
+
+    @app.timer(interval=s.idle_check_interval_s)
+    async def idle_sweep() -> None:
+        await end_idle_sessions(w, flagged, time.time())
+
+    @app.timer(interval=LAG_EVERY_S)
+    async def report_lag() -> None:
+        for topic, lag in consumer_lag(w).items():
+            metrics.LAG.labels(topic).set(lag)
+
+    if w.guard is not None:
+
+        @app.timer(interval=STRANDED_CHECK_S)
+        async def unstrand() -> None:
+            await commit_and_unstrand(w)
+
+
+async def end_idle_sessions(w: Worker, flagged: dict[str, float], now: float) -> None:
+    """Write a ``session_end`` for each session idle past its timeout (once per timeout)."""
+    timeout = w.settings.scoring.idle_timeout_s
+    for session_id, state in w.sessions.items():
+        if not state or now - state["last_seen"] <= timeout:
+            continue
+        if now - flagged.get(session_id, 0.0) < timeout:
+            continue  # already asked; the pairing agent will apply it
+        end = SessionEnd(type="session_end", session_id=session_id, ts=now, reason="idle_timeout")
+        await w.turns.send(key=session_id.encode(), value=encode(end))
+        flagged[session_id] = now
+    for session_id, when in list(flagged.items()):
+        if now - when > 2 * timeout:
+            del flagged[session_id]
+
+
+def consumer_lag(w: Worker) -> dict[str, int]:
+    """Records behind on chat.turns and turns.paired, over this worker's partitions."""
+    topics = w.settings.topics
+    names = {topics.chat_turns.name: topics.chat_turns.logical,
+             topics.turns_paired.name: topics.turns_paired.logical}  # fmt: skip
+    lag = dict.fromkeys(names.values(), 0)
+    consumer = w.app.consumer
+    for tp in consumer.assignment():
+        if tp.topic in names and (end := consumer.highwater(tp)) is not None:
+            lag[names[tp.topic]] += max(0, end - adapter.committed_offset(consumer, tp))
+    return lag
+
+
+async def commit_and_unstrand(w: Worker) -> None:
+    """While nothing is in flight: commit past records the guard read back, and seek back
+    to records a partition's stream stopped short of (no later record reveals them)."""
+    assert w.guard is not None
+    consumer, topics = w.app.consumer, w.settings.topics
+    if w.app.rebalancing or w.in_flight:
+        return
+    sources = {topics.chat_turns.name, topics.turns_paired.name}
+    highwaters, assigned = {}, set()
+    for tp in consumer.assignment():
+        if tp.topic in sources:
+            assigned.add((tp.topic, tp.partition))
+            if (end := consumer.highwater(tp)) is not None:
+                highwaters[(tp.topic, tp.partition)] = end
+    await commit_idle(w.app, w.handled, assigned)
+    for (topic, partition), offset in (
+        await w.guard.stranded(highwaters, STRANDED_CHECK_S)
+    ).items():
+        log.warning(
+            "%s/%d: no records since offset %d, below its end %d: reading from there",
+            topic, partition, offset, highwaters[(topic, partition)],
+        )  # fmt: skip
+        metrics.STRANDED_SEEKS.labels(topic).inc()
+        await consumer.seek(TP(topic, partition), offset)

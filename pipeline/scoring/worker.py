@@ -1,0 +1,146 @@
+"""The scoring worker: a Faust app whose two agents pair turns and judge pairs.
+
+- ``pair`` reads chat.turns in order per partition, keeps each session's state
+  in the ``sessions`` table and emits pairs to turns.paired;
+- ``judge`` reads turns.paired, judges up to ``window`` pairs at once and emits
+  their samples (or retry records, or dead letters) in arrival order.
+
+Each agent acknowledges an input only once what it produced is stored, and the
+session table's changelog trails the pairs it implies (``faust_fixes``). The
+agents share a :class:`pipeline.scoring.context.Worker`; the timers (idle
+sessions, lag, stranded partitions) are in ``upkeep``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import faust
+from faust.types import StreamT
+
+from pipeline.broker.clients import faust_credentials
+from pipeline.deadletters import Out
+from pipeline.scoring import metrics, upkeep
+from pipeline.scoring.context import Worker
+from pipeline.scoring.faust_fixes.acks import Send
+from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
+from pipeline.scoring.faust_fixes.sessions import SessionTable
+from pipeline.scoring.judge.asking import Judge
+from pipeline.scoring.judge.factory import build_judge, load_rewards
+from pipeline.scoring.judge.teacher import Teacher
+from pipeline.scoring.stages import JudgeStage, PairingStage
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
+                       "value_serializer": "raw"}  # fmt: skip
+
+
+async def pair(w: Worker, stream: StreamT) -> None:
+    """chat.turns -> turns.paired, with the session state in the table."""
+    manual = stream.noack()  # type: ignore[attr-defined]
+    async with w.acknowledging(manual) as (acks, then):
+        async for event in manual.events():
+            outs: list[Out] = []
+            writes: list[tuple[int, str, Any]] = []
+            for rec in await w.recovered(event.message):
+                w.pair_record(rec.value, rec.key, rec.where, rec.partition, outs, writes)
+            m = event.message
+            w.pair_record(event.value, event.key, where(m), m.partition, outs, writes)
+            await acks.add(outs, then(event), w.sessions.persisting(writes))
+
+
+async def judge(w: Worker, stream: StreamT) -> None:
+    """turns.paired -> samples.scored (or samples.retry, or a dead letter)."""
+    manual = stream.noack()  # type: ignore[attr-defined]
+    async with w.acknowledging(manual) as (acks, then):
+        async for event in manual.events():
+            for rec in await w.recovered(event.message):
+                await acks.add(w.judge_record(rec.value, rec.key, rec.where), then(None))
+            m = event.message
+            await acks.add(w.judge_record(event.value, event.key, where(m)), then(event))
+
+
+def where(message: Any) -> str:
+    return f"{message.topic}/{message.partition}/{message.offset}"
+
+
+def build_app(
+    settings: Settings,
+    judge_: Judge,
+    sender: Send | None = None,
+    teacher: Teacher | None = None,
+    guard: OffsetGuard | None = None,
+    rewards: Any = None,
+    groups: Any = None,
+    on_delivery_failure: Callable[[BaseException], Any] | None = None,
+) -> faust.App:
+    """The Faust app of one scoring worker; ``sender`` replaces the Kafka sends (tests)."""
+    s, topics = settings.scoring, settings.topics
+    app = faust.App(
+        settings.topic_prefix + s.group_id,
+        broker=[f"kafka://{hp}" for hp in settings.bootstrap_servers.split(",")],
+        broker_credentials=faust_credentials(settings), store="memory://",
+        datadir=str(s.data_dir), web_enabled=False, consumer_auto_offset_reset="earliest",
+        topic_partitions=topics.chat_turns.partitions, table_standby_replicas=0,
+        topic_replication_factor=topics.chat_turns.replication_factor, producer_acks=-1,
+        producer_max_request_size=topics.samples_scored.max_message_bytes,
+        producer_linger=settings.producer_linger_ms / 1000,
+        broker_commit_interval=s.commit_interval_s, broker_session_timeout=s.session_timeout_s,
+        consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
+        stream_buffer_maxsize=max(64, s.window),
+    )  # fmt: skip
+    out = {spec.name: app.topic(spec.name, partitions=spec.partitions, **RAW) for spec in topics}
+
+    def kafka_send(outs: list[Out]) -> list[Any]:
+        return [out[o.topic].send_soon(key=o.key, value=o.value) for o in outs]
+
+    w = Worker(
+        settings, app, out[topics.chat_turns.name], PairingStage(topics, s.idle_timeout_s),
+        JudgeStage(topics, judge_, s.mode, teacher, rewards=rewards, groups=groups),
+        SessionTable(app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)),
+        sender or kafka_send, guard, on_delivery_failure,
+    )  # fmt: skip
+    app.agent(out[topics.chat_turns.name], name="pair")(lambda stream: pair(w, stream))
+    app.agent(out[topics.turns_paired.name], name="judge")(lambda stream: judge(w, stream))
+    upkeep.install(w)
+    return app
+
+
+def run_worker(settings: Settings, loglevel: str = "info") -> None:
+    """Run one scoring worker until it is stopped (SIGINT/SIGTERM)."""
+    from faust.worker import Worker as FaustWorker
+
+    from pipeline.produce.producer import require_topics
+
+    t = settings.topics
+    inputs_and_outputs = (t.chat_turns, t.turns_paired, t.samples_scored, t.samples_retry,
+                          t.deadletter)  # fmt: skip
+    require_topics(settings, [spec.name for spec in inputs_and_outputs])
+    settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
+    judge_, teacher = build_judge(settings)
+    plan = load_rewards(settings)
+    group = settings.topic_prefix + settings.scoring.group_id
+    app = build_app(
+        settings, judge_, teacher=teacher, guard=kafka_guard(settings, group),
+        rewards=plan.processor if plan else None,
+        groups=plan.group.scorer(judge_.identity) if plan and plan.group else None,
+    )  # fmt: skip
+    client = getattr(judge_, "client", None)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def close_clients(app: faust.App, **_kw: Any) -> None:
+        if client is not None:
+            await client.close()
+        if plan is not None:
+            await plan.close()
+
+    metrics.serve(settings.scoring.web_port, settings.scoring.web_host)
+    log.info("judge: %s", judge_.identity.model_dump())
+    worker = FaustWorker(app, loglevel=loglevel, quiet=True)
+    # Faust's terminal spinner puts the root logger at DEBUG (to spin on every record),
+    # so every debug call in faust/aiokafka would build a log record: none here.
+    worker.spinner = None
+    worker.execute_from_commandline()

@@ -1,0 +1,169 @@
+"""The Faust repairs against real faust-streaming consumers on the real broker.
+
+``pipeline.scoring.faust_fixes`` commits through Faust's private consumer
+attributes and relies on Faust's rebalance signals and seeks: these tests drive
+a real Faust app (in this process) through an explicit commit, an idle commit
+past records Faust never delivered, a revoke, and a seek back, and read the
+group's offsets with an independent client. A faust-streaming upgrade that
+changes what the repairs touch fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faust
+import pytest
+from faust.types import TP
+from kafka import KafkaProducer
+
+from pipeline.broker.clients import admin_client
+from pipeline.scoring.faust_fixes import adapter
+from pipeline.scoring.faust_fixes.handover import Handled, commit_handed_over, commit_idle
+from pipeline.settings import Settings
+from tests.kafka.helpers import spawn
+
+RECORDS = 10  # per topic, over 2 partitions (even offsets on 0, odd on 1)
+
+
+@dataclass
+class Member:
+    app: faust.App
+    topic: str
+    group: str
+    seen: list[tuple[int, int]] = field(default_factory=list)
+    revoked: list[set[TP]] = field(default_factory=list)
+
+
+def group_offsets(settings: Settings, group: str) -> dict[int, int]:
+    admin = admin_client(settings)
+    try:
+        committed = admin.list_group_offsets(group).get(group, {})
+    finally:
+        admin.close()
+    return {tp.partition: meta.offset for tp, meta in committed.items()}
+
+
+async def until(what: str, check, timeout_s: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def member(settings: Settings, tmp_path: Path) -> AsyncIterator[Member]:
+    """A running Faust app that reads a 2-partition topic. Its own commit never runs
+    during a test (an hour apart), so every offset the group has is one we committed;
+    it acknowledges what it reads, so its stop does not wait for the records."""
+    from kafka.admin import NewTopic
+
+    topic, group = f"{settings.topic_prefix}fx", f"{settings.topic_prefix}fx-group"
+    admin = admin_client(settings)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for i in range(RECORDS):
+        producer.send(topic, key=b"k", value=b"%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    app = faust.App(
+        group, broker=f"kafka://{settings.bootstrap_servers}", store="memory://",
+        web_enabled=False, datadir=str(tmp_path / "faust"), consumer_auto_offset_reset="earliest",
+        broker_session_timeout=10, broker_commit_interval=3600,
+    )  # fmt: skip
+    records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                        value_serializer="raw")  # fmt: skip
+    m = Member(app, topic, group)
+
+    @app.agent(records)
+    async def read(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.events():
+            m.seen.append((event.message.partition, event.message.offset))
+
+    await app.start()
+    try:
+        await until("every record", lambda: len(m.seen) >= RECORDS)
+        yield m
+    finally:
+        await app.stop()
+
+
+async def test_the_adapter_commits_explicit_offsets_through_a_faust_consumer(
+    member: Member, settings: Settings
+) -> None:
+    tp = TP(member.topic, 0)
+    assert adapter.committed_offset(member.app.consumer, tp) == 0
+    await adapter.commit(member.app.consumer, {tp: 3})
+    assert adapter.committed_offset(member.app.consumer, tp) == 3  # Faust knows it too
+    assert group_offsets(settings, member.group) == {0: 3}
+
+
+async def test_an_idle_worker_commits_past_records_faust_never_delivered(
+    member: Member, settings: Settings
+) -> None:
+    """The guard's read-backs are acknowledged by the worker, never by Faust: only
+    commit_idle moves the group past them."""
+    handled = Handled()
+    handled.done(member.topic, 0, 6)  # the last record of partition 0, handled by us
+    handled.done(member.topic, 1, 3)
+    assigned = {(member.topic, 0), (member.topic, 1)}
+    assert await commit_idle(member.app, handled, assigned) == {
+        (member.topic, 0): 7,
+        (member.topic, 1): 4,
+    }
+    assert group_offsets(settings, member.group) == {0: 7, 1: 4}
+    assert await commit_idle(member.app, handled, assigned) == {}  # nothing behind any more
+
+
+async def test_handled_positions_are_committed_when_partitions_are_revoked(
+    member: Member, settings: Settings, tmp_path: Path
+) -> None:
+    handled = Handled()
+    handled.done(member.topic, 0, 4)
+    handled.done(member.topic, 1, 7)
+
+    @member.app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def hand_over(app: faust.App, revoked: set[TP] = frozenset(), **_kw: object) -> None:
+        member.revoked.append(set(revoked))
+        await commit_handed_over(app, handled, revoked)
+
+    other = spawn(
+        ["tests.kafka.faust_member", settings.bootstrap_servers, member.group, member.topic,
+         str(tmp_path / "other")],
+        tmp_path / "other.log",
+    )  # fmt: skip
+    try:
+        await until("a revoke", lambda: any(TP(member.topic, 0) in r for r in member.revoked))
+        await until("the commit", lambda: group_offsets(settings, member.group) == {0: 5, 1: 8})
+    finally:
+        os.killpg(other.pid, signal.SIGTERM)
+        other.wait(timeout=30)
+    assert handled.positions({(member.topic, 0), (member.topic, 1)}) == {}  # handed over
+
+
+async def test_a_seek_back_delivers_the_records_again(member: Member) -> None:
+    """What the guard's stranded-partition repair relies on: Faust's public seek."""
+    before = len(member.seen)
+    await member.app.consumer.seek(TP(member.topic, 1), 3)
+    await until("the re-read", lambda: len(member.seen) >= before + 2)
+    assert member.seen[before:] == [(1, 3), (1, 4)]
+
+
+def test_an_untested_faust_version_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.errors import ConfigError
+
+    real = adapter.importlib.metadata.version
+    monkeypatch.setattr(
+        adapter.importlib.metadata,
+        "version",
+        lambda name: "0.17.0" if name == "faust-streaming" else real(name),
+    )
+    with pytest.raises(ConfigError, match=r"faust-streaming 0\.17\.0 is installed.*0\.15\.x"):
+        adapter.check_versions()

@@ -1,0 +1,221 @@
+"""Inputs are acknowledged only once their outputs (and state) are stored, in arrival order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pipeline.deadletters import Out
+from pipeline.scoring.faust_fixes.acks import DeliveryFailed, InOrderAcks
+
+
+class Producer:
+    """Stands in for the producer: each output's delivery future, resolved by the test."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.stored: dict[str, asyncio.Future[str]] = {}
+
+    def send(self, outs: list[Out]) -> list[asyncio.Future[str]]:
+        futures = []
+        for out in outs:
+            name = out.value.decode()
+            self.sent.append(name)
+            futures.append(self.stored.setdefault(name, asyncio.get_running_loop().create_future()))
+        return futures
+
+    def store(self, name: str, exc: BaseException | None = None) -> None:
+        future = self.stored.setdefault(name, asyncio.get_running_loop().create_future())
+        if exc is None:
+            future.set_result("stored")
+        else:
+            future.set_exception(exc)
+
+
+def out(name: str) -> Out:
+    return Out("t", None, name.encode())
+
+
+def recorder(log: list[str]):  # type: ignore[no-untyped-def]
+    def then(name: str):  # type: ignore[no-untyped-def]
+        async def ack() -> None:
+            log.append(f"ack {name}")
+
+        return ack
+
+    return then
+
+
+async def test_acks_wait_for_delivery_and_keep_arrival_order() -> None:
+    acked: list[str] = []
+    producer = Producer()
+    acks = InOrderAcks(8, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    then = recorder(acked)
+    await acks.add([out("a")], then("a"))
+    await acks.add([out("b")], then("b"))
+    await acks.add([], then("c"))  # nothing to deliver: still after b
+    await asyncio.sleep(0.01)
+    assert producer.sent == ["a", "b"]  # both sent at once: a send never waits for a delivery
+    producer.store("b")  # the later one is stored first
+    await asyncio.sleep(0.01)
+    assert acked == []  # a's output is not stored yet: nothing may be acknowledged
+    producer.store("a")
+    await asyncio.sleep(0.01)
+    assert acked == ["ack a", "ack b", "ack c"]
+    assert acks.pending == 0
+    runner.cancel()
+
+
+async def test_outputs_still_being_made_are_sent_in_arrival_order() -> None:
+    """A pair judged faster than the one before it waits for it: samples keep their order."""
+    acked: list[str] = []
+    producer = Producer()
+    acks = InOrderAcks(8, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    loop = asyncio.get_running_loop()
+    slow, fast = loop.create_future(), loop.create_future()
+    await acks.add(slow, recorder(acked)("slow"))
+    await acks.add(fast, recorder(acked)("fast"))
+    fast.set_result([out("fast")])
+    await asyncio.sleep(0.01)
+    assert producer.sent == []
+    slow.set_result([out("slow")])
+    await asyncio.sleep(0.01)
+    assert producer.sent == ["slow", "fast"]
+    producer.store("slow")
+    producer.store("fast")
+    await asyncio.sleep(0.01)
+    assert acked == ["ack slow", "ack fast"]
+    runner.cancel()
+
+
+async def test_at_most_limit_inputs_wait_unacknowledged() -> None:
+    producer = Producer()
+    acks = InOrderAcks(2, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    then = recorder([])
+    await acks.add([out("a")], then("a"))
+    await acks.add([out("b")], then("b"))
+    third = asyncio.ensure_future(acks.add([out("c")], then("c")))
+    await asyncio.sleep(0.01)
+    assert not third.done() and acks.pending == 2  # backpressure: the agent stops reading
+    producer.store("a")
+    await asyncio.sleep(0.01)
+    assert third.done() and acks.pending == 2
+    runner.cancel()
+
+
+async def test_a_failed_delivery_stops_acknowledgements_and_is_reported() -> None:
+    acked: list[str] = []
+    failures: list[BaseException] = []
+    producer = Producer()
+    acks = InOrderAcks(8, producer.send, on_failure=failures.append)
+    runner = asyncio.ensure_future(acks.run())
+    then = recorder(acked)
+    await acks.add([out("fine"), out("refused")], then("a"))
+    await acks.add([out("fine2")], then("b"))
+    producer.store("fine")
+    producer.store("fine2")
+    producer.store("refused", RuntimeError("MessageSizeTooLargeError"))
+    await asyncio.wait_for(runner, 1)  # the runner stops at the failure
+    assert acked == [] and [str(f) for f in failures] == ["MessageSizeTooLargeError"]
+    with pytest.raises(DeliveryFailed, match="MessageSizeTooLarge"):
+        await acks.add([], then("c"))
+    assert acks.drop() == 2  # a and b stay unacknowledged: read again by the next owner
+
+
+async def test_a_send_refused_before_buffering_is_a_failed_delivery() -> None:
+    failures: list[BaseException] = []
+
+    def refuse(outs: list[Out]) -> list[Any]:
+        raise RuntimeError("producer closed")
+
+    acks = InOrderAcks(8, refuse, on_failure=failures.append)
+    runner = asyncio.ensure_future(acks.run())
+    await acks.add([out("a")], recorder([])("a"))
+    await asyncio.wait_for(runner, 1)
+    assert [str(f) for f in failures] == ["producer closed"]
+
+
+async def test_the_durable_step_starts_only_once_outputs_are_stored_and_gates_the_ack() -> None:
+    """A session-state change goes to the log after the pairs it implies, never before."""
+    events: list[str] = []
+    producer = Producer()
+    acks = InOrderAcks(8, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    loop = asyncio.get_running_loop()
+    state_a, state_b = loop.create_future(), loop.create_future()
+
+    def durable(name: str, stored: asyncio.Future[str]):  # type: ignore[no-untyped-def]
+        def start() -> list[asyncio.Future[str]]:
+            events.append(f"write {name}")
+            return [stored]
+
+        return start
+
+    then = recorder(events)
+    await acks.add([out("pair a")], then("a"), durable("a", state_a))
+    await acks.add([out("pair b")], then("b"), durable("b", state_b))
+    producer.store("pair b")
+    await asyncio.sleep(0.01)
+    assert events == []  # a's pair is not stored: no state may be written, not even b's
+    producer.store("pair a")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b"]  # in arrival order, acks still held
+    assert acks.pending == 2
+    state_b.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b"]  # b's state is stored, a's is not: no ack yet
+    state_a.set_result("stored")
+    await asyncio.sleep(0.01)
+    assert events == ["write a", "write b", "ack a", "ack b"]
+    assert acks.pending == 0
+    runner.cancel()
+
+
+async def test_a_refused_state_write_stops_acknowledgements_like_a_refused_output() -> None:
+    failures: list[BaseException] = []
+    acked: list[str] = []
+    acks = InOrderAcks(8, Producer().send, on_failure=failures.append)
+    runner = asyncio.ensure_future(acks.run())
+    refused = asyncio.get_running_loop().create_future()
+    refused.set_exception(RuntimeError("changelog refused"))
+    await acks.add([], recorder(acked)("a"), lambda: [refused])
+    await asyncio.wait_for(runner, 1)
+    assert acked == [] and [str(f) for f in failures] == ["changelog refused"]
+    assert acks.drop() == 1
+
+
+def test_a_sample_too_large_for_its_topic_is_a_dead_letter_not_a_refused_send() -> None:
+    from pipeline.events import DeadLetter, NextState, Paired, Response, Turn, decode_as, encode
+    from pipeline.scoring.judge.rules import RulesJudge
+    from pipeline.scoring.stages import JudgeStage
+    from pipeline.settings import Settings
+
+    topics = Settings().topics
+    stage = JudgeStage(topics, RulesJudge(), "rl")
+    stage.dead.limits[topics.samples_scored.name] = 4_000  # as if samples.scored were small
+    turn = Turn(
+        type="turn",
+        session_id="s",
+        ts=1.0,
+        turn_index=0,
+        turn_type="main",
+        messages=[{"role": "user", "content": "q"}],
+        response=Response(content="x" * 5_000),
+    )
+    pair = Paired(
+        sample_id="s:0",
+        turn=turn,
+        next_state=NextState(role="user", content="thanks"),
+        first_judged=True,
+        paired_ts=1.0,
+    )
+    [out] = asyncio.run(stage.handle(encode(pair), b"s", "turns.paired/0/9"))
+    assert out.topic == topics.deadletter.name
+    letter = decode_as(DeadLetter, out.value)
+    assert letter.stage == "score" and letter.source == "turns.paired/0/9"
+    assert topics.samples_scored.name in letter.error and "max.message.bytes" in letter.error
