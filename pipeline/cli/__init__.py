@@ -20,6 +20,7 @@ from pipeline.cli import (
     retry,
     rewards,
     schema,
+    serve,
     topics,
     train,
     worker,
@@ -43,6 +44,7 @@ app.command("worker")(worker.worker)
 app.command("retry")(retry.retry)
 app.command("train")(train.train)
 app.command("proxy")(proxy.proxy)
+app.command("serve")(serve.serve)
 app.command("replay")(replay.replay_cmd)
 app.command("rescore")(replay.rescore_cmd)
 app.add_typer(replay.offsets_app, name="offsets")
