@@ -16,9 +16,8 @@ class Choice:
     top: list[tuple[float, int]]  # the top-N (log-prob, token id), best first
 
 
-def _filtered_probs(scaled: torch.Tensor, s: Sampling) -> torch.Tensor:
+def _filtered(probs: torch.Tensor, s: Sampling) -> torch.Tensor:
     """softmax(logits / T) with top-k, top-p and min-p applied, renormalised."""
-    probs = torch.softmax(scaled, dim=-1)
     if s.top_k > 0 and s.top_k < probs.shape[-1]:
         kth = torch.topk(probs, s.top_k).values[-1]
         probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
@@ -46,11 +45,14 @@ def choose(
     min_new_tokens); they keep their log-prob.
     """
     logits = logits.float()
+    scale = torch.tensor(
+        [[1.0 if s.greedy or original else s.temperature] for s in samplings], dtype=torch.float32
+    )
+    all_logprobs = torch.log_softmax(logits / scale, dim=-1)  # one pass for every row
     out: list[Choice] = []
     for row, s in enumerate(samplings):
         raw = logits[row]
-        scaled = raw if s.greedy or original else raw / s.temperature
-        logprobs = torch.log_softmax(scaled, dim=-1)
+        logprobs = all_logprobs[row]
         pick_from = raw
         if banned and banned[row]:
             pick_from = raw.clone()
@@ -58,8 +60,9 @@ def choose(
         if s.greedy:
             token = int(torch.argmax(pick_from))
         else:
-            probs = _filtered_probs(pick_from / s.temperature, s)
-            token = int(torch.multinomial(probs, 1, generator=generators[row]))
+            tempered = pick_from is raw and not original
+            probs = logprobs.exp() if tempered else torch.softmax(pick_from / s.temperature, -1)
+            token = int(torch.multinomial(_filtered(probs, s), 1, generator=generators[row]))
         top: list[tuple[float, int]] = []
         if top_n[row] > 0:
             values, ids = torch.topk(logprobs, min(top_n[row], logprobs.shape[-1]))
