@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,7 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
         self.steps = 0
         self.widest = 0  # the most rows one decode step has run
+        self.step_s = 0.0  # moving average of a loop's time (prefills and decode steps)
 
     # -- the request side (any thread) -----------------------------------------
 
@@ -131,13 +133,14 @@ class Engine:
         with self._cv:
             self.weights = weights
 
-    def load(self) -> dict[str, int]:
+    def load(self) -> dict[str, float]:
         with self._cv:
             return {
                 "queued": len(self._queue),
                 "running": sum(j.finish is None for g in self._groups for j in g.jobs),
                 "weight_sets": len({id(g.weights) for g in self._groups}),
                 "widest_batch": self.widest,
+                "step_ms": round(self.step_s * 1000, 1),
             }
 
     def start(self) -> None:
@@ -156,6 +159,7 @@ class Engine:
             new, weights = self._take()
             if new is None:
                 return
+            started = time.perf_counter()
             try:
                 if new:
                     self._admit(new, weights)
@@ -167,6 +171,7 @@ class Engine:
                 self._fail_all(new, f"{type(exc).__name__}: {exc}")
             self._groups = [g for g in self._groups if g.jobs]
             self.steps += 1
+            self.step_s = 0.9 * self.step_s + 0.1 * (time.perf_counter() - started)
 
     def _take(self) -> tuple[list[Job] | None, Weights]:
         with self._cv:

@@ -85,10 +85,12 @@ def test_a_proxy_started_without_kafka_serves_spools_and_delivers_once_kafka_is_
         assert not list((tmp_path / "proxy" / "spool").glob("*.jsonl"))
         assert "is back after" in (tmp_path / "proxy.log").read_text()
     finally:
-        assert stop(proc) == 0
-        stop(sim_proc)
-        if local is not None:
-            local.stop()
+        try:
+            assert stop(proc) == 0
+        finally:
+            stop(sim_proc)
+            if local is not None:
+                local.stop()
 
 
 @pytest.mark.parametrize(
@@ -113,5 +115,7 @@ def test_a_misconfigured_bootstrap_is_reported_clearly(
         assert state["status"] == "degraded" and says in state["kafka"]["problem"]
         assert says in (tmp_path / "proxy.log").read_text()
     finally:
-        assert stop(proc) == 0
-        stop(sim_proc)
+        try:
+            assert stop(proc) == 0
+        finally:
+            stop(sim_proc)
