@@ -86,6 +86,18 @@ def client(base: str, index: int, stop_at: list[float], log: list[dict]) -> None
         n += 1
 
 
+def sampler(base: str, stop_at: list[float], samples: list[dict]) -> None:
+    """The engine's state each second: loop time, rows running, and the machine's load."""
+    while time.monotonic() < stop_at[0]:
+        try:
+            with urllib.request.urlopen(base + "/get_model_info", timeout=30) as response:
+                load = json.loads(response.read())["load"]
+        except OSError:
+            load = {}
+        samples.append({"t": time.monotonic(), "machine_load": os.getloadavg()[0], **load})
+        time.sleep(1.0)
+
+
 def push_loop(base: str, checkpoints: list[Path], pushes: int, gap: float) -> list[dict]:
     done = []
     for i in range(pushes):
@@ -177,8 +189,10 @@ def main() -> None:
 def run(base: str, checkpoints: list[Path], args: argparse.Namespace) -> dict:
     requests: list[dict] = []
     stop_at = [float("inf")]
+    samples: list[dict] = []
     threads = [threading.Thread(target=client, args=(base, i, stop_at, requests))
                for i in range(args.clients)]  # fmt: skip
+    threads.append(threading.Thread(target=sampler, args=(base, stop_at, samples)))
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     for thread in threads:
@@ -191,6 +205,10 @@ def run(base: str, checkpoints: list[Path], args: argparse.Namespace) -> dict:
     warm = [r for r in requests if r["start"] >= started + 2.0]  # connections and caches warm
     result = summarise(warm, pushes, time.monotonic() - started - 2.0)
     result["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}
+    t0 = min(r["start"] for r in warm)
+    result["engine_samples"] = [{**s, "t": round(s["t"] - t0, 1)} for s in samples]
+    steps = sorted(s["step_ms"] for s in samples if s.get("step_ms"))
+    result["engine_step_ms"] = {"p50": steps[len(steps) // 2], "max": steps[-1]} if steps else None
     return result
 
 
@@ -206,6 +224,10 @@ def report(result: dict) -> None:
         ("latency p50 / p99 outside pushes (ms)", f"{outside['p50']} / {outside['p99']}"),
         ("push time p50 / max (s)", f"{result['push_s']['p50']} / {result['push_s']['max']}"),
         ("weight load p50 (s)", result["load_s"]["p50"]),
+        (
+            "engine loop p50 / max (ms)",
+            "{p50} / {max}".format(**(result["engine_step_ms"] or {"p50": "-", "max": "-"})),
+        ),
         ("versions seen in answers", ",".join(result["versions_seen"])),
         (
             "machine load (1 min) before / after",
