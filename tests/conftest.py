@@ -65,10 +65,21 @@ def cli_env(kafka_bootstrap: str, topic_prefix: str) -> dict[str, str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/kafka/ is in the `kafka` tier."""
+    """Everything under tests/kafka/ is in the `kafka` tier, under tests/model/ in `model`."""
     for item in items:
         if "/tests/kafka/" in str(item.fspath):
             item.add_marker(pytest.mark.kafka)
+        if "/tests/model/" in str(item.fspath):
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct checkpoint, fetched and converted once per machine
+    (`make model` does it before the tests; here it happens on first use)."""
+    from pipeline.models import ensure_model
+
+    return ensure_model("smollm2-135m-instruct", log=print)
 
 
 @pytest.fixture(scope="session")

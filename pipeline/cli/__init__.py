@@ -13,12 +13,14 @@ from rich.text import Text
 from pipeline.cli import (
     demo,
     kafka,
+    models,
     produce,
     proxy,
     replay,
     retry,
     rewards,
     schema,
+    serve,
     topics,
     train,
     worker,
@@ -35,12 +37,14 @@ app = typer.Typer(
 )
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(topics.app, name="topics")
+app.add_typer(models.app, name="models")
 app.add_typer(schema.app, name="schema")
 app.command("produce")(produce.produce)
 app.command("worker")(worker.worker)
 app.command("retry")(retry.retry)
 app.command("train")(train.train)
 app.command("proxy")(proxy.proxy)
+app.command("serve")(serve.serve)
 app.command("replay")(replay.replay_cmd)
 app.command("rescore")(replay.rescore_cmd)
 app.add_typer(replay.offsets_app, name="offsets")

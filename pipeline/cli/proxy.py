@@ -48,7 +48,7 @@ def proxy(
     before forwarding). Auth: TURNSTREAM_PROXY_API_KEY. Every option also
     reads TURNSTREAM_PROXY_<NAME>.
     """
-    from pipeline.proxy.server import run_proxy
+    from pipeline.proxy.run import run_proxy
 
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

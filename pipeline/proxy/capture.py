@@ -149,7 +149,11 @@ def _int_list(value: Any) -> list[int] | None:
 
 
 def from_completion(data: Any) -> Captured:
-    """Capture a non-streamed chat completion (choice 0)."""
+    """Capture a non-streamed chat completion (choice 0).
+
+    Token ids under vLLM's names (``choices[0].token_ids``, top-level
+    ``prompt_token_ids``) or SGLang's (``choices[0].response_token_ids`` and
+    ``choices[0].prompt_token_ids``)."""
     if not isinstance(data, dict) or not data.get("choices"):
         return Captured()
     choice = data["choices"][0]
@@ -159,8 +163,9 @@ def from_completion(data: Any) -> Captured:
         tool_calls=message.get("tool_calls") or None,
         reasoning_content=_text(message.get("reasoning_content")),
         logprobs=_logprob_values(choice.get("logprobs")),
-        token_ids=_int_list(choice.get("token_ids")),
-        prompt_ids=_int_list(data.get("prompt_token_ids")),
+        token_ids=_int_list(choice.get("token_ids")) or _int_list(choice.get("response_token_ids")),
+        prompt_ids=_int_list(data.get("prompt_token_ids"))
+        or _int_list(choice.get("prompt_token_ids")),
         finish_reason=choice.get("finish_reason"),
     )
 

@@ -61,6 +61,7 @@ class ProxyState:
     started: float = field(default_factory=time.time)
     turns: int = 0
     not_recorded: dict[str, int] = field(default_factory=dict)
+    link: Any = None  # KafkaLink: whether Kafka takes events now
 
     @property
     def config(self) -> ProxySettings:
@@ -239,8 +240,8 @@ async def _relay_stream(
                     log.exception("cannot parse the upstream's stream; this turn is not recorded")
                     capturing = False
         await response.write_eof()
-    except ConnectionResetError:  # the client went away: it never saw the whole turn
-        return response, None
+    except ConnectionResetError:  # the client went away: it saw the whole turn only if [DONE]
+        return response, assembler.result() if capturing and assembler.done else None
     except (TimeoutError, aiohttp.ClientError) as exc:  # the upstream failed mid-stream
         log.warning("upstream stream failed part way: %s; the turn is not recorded", exc)
         return response, None
@@ -301,11 +302,23 @@ def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """The proxy's state; "degraded" (still 200: it serves) while turns wait for Kafka."""
     state = request.app[STATE]
     sink = state.sink.stats()
+    status, degraded = "ok", None
+    if state.link is not None:
+        sink.update(state.link.stats())
+        if state.link.state != "up":
+            status = "degraded"
+            degraded = (
+                f"Kafka {state.link.state} since {sink['down_since'] or 'start'}: "
+                f"{sink['problem'] or 'connecting'}; captured turns are spooled to "
+                f"{sink['spool_dir']} ({sink['spool_pending']} waiting) and sent when it is back"
+            )
     return web.json_response(
         {
-            "status": "ok",
+            "status": status,
+            "degraded": degraded,
             "upstream": state.config.upstream,
             "uptime_s": round(time.time() - state.started, 1),
             "turns_recorded": state.turns,
@@ -319,73 +332,3 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def prometheus(_request: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-@dataclass
-class FixedVersion:
-    current: int | None
-
-
-def run_proxy(settings: Settings) -> None:
-    """Serve until SIGINT/SIGTERM, then deliver (or spool) what is still buffered."""
-    from pipeline.broker.clients import producer
-    from pipeline.produce.producer import require_topics
-    from pipeline.proxy.versions import PolicyVersions
-
-    config = settings.proxy
-    topics = settings.topics
-    if not config.upstream:
-        raise ConfigError(
-            "no upstream policy server: pass --upstream URL or set TURNSTREAM_PROXY_UPSTREAM"
-        )
-    require_topics(settings, [topics.chat_turns.name, topics.deadletter.name])
-    out = producer(
-        settings,
-        max_request_size=max(
-            topics.chat_turns.max_message_bytes, topics.deadletter.max_message_bytes
-        ),
-        delivery_timeout_ms=30000,
-        request_timeout_ms=10000,
-        max_block_ms=10000,
-    )
-    sink = EventSink(out, config.buffer, config.send_attempts, config.data_dir / "spool")
-    counters = SessionCounters(config.data_dir / "sessions.sqlite")
-    counters.forget_older_than(30 * 24 * 3600)
-    versions: Any
-    if config.policy_version is not None:
-        versions = FixedVersion(config.policy_version)
-        metrics.POLICY_VERSION.set(config.policy_version)
-    else:
-        versions = PolicyVersions(settings)
-        versions.start()
-    state = ProxyState(settings, sink, counters, versions)
-    sink.start()
-    log.info(
-        "capture proxy on http://%s:%d -> %s; turns to %s; requests without X-Turn-Type are "
-        "%s turns",
-        config.host,
-        config.port,
-        config.upstream,
-        topics.chat_turns.name,
-        config.default_turn_type,
-    )
-    try:
-        web.run_app(
-            build_proxy(state),
-            host=config.host,
-            port=config.port,
-            print=lambda line: log.info("%s", line),
-            access_log=None,
-            shutdown_timeout=30,
-        )
-    finally:
-        if isinstance(versions, PolicyVersions):
-            versions.stop()
-        stats = sink.close()
-        counters.close()
-        log.info(
-            "proxy stopped: %d turn(s) recorded, %d event(s) delivered, %d spooled",
-            state.turns,
-            stats["delivered"],
-            stats["spooled"],
-        )

@@ -3,9 +3,14 @@
 A request handler only ever calls :meth:`EventSink.offer`, which returns at
 once. A background thread hands queued events to an idempotent kafka-python
 producer; a failed delivery is retried (``send_attempts`` in all). An event
-that cannot be queued (the buffer is full) or delivered is appended to a spool
-file in the same JSON Lines format `turnstream produce` reads, so it can be
-sent later; both are counted, logged and shown on ``/healthz``.
+that cannot be queued (the buffer is full) or delivered is appended to the
+:class:`~pipeline.proxy.spool.Spool`; both are counted, logged and shown on
+``/healthz``.
+
+While Kafka is away the sink is *diverted*: events go straight to the spool
+(and a failed delivery calls ``on_trouble``, so the proxy's
+:class:`~pipeline.proxy.link.KafkaLink` can divert it). The link drains the
+spool once Kafka is back and then *resumes* the sink with its producer.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from typing import Any
 from kafka.errors import KafkaError
 
 from pipeline.proxy import metrics
+from pipeline.proxy.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +48,16 @@ class EventSink:
         send_attempts: int,
         spool_dir: Path,
         retry_backoff_s: float = 1.0,
+        on_trouble: Callable[[str], None] | None = None,
     ) -> None:
-        self._producer = producer
+        self._producer = producer  # None: wait for resume() (events queue meanwhile)
         self.capacity = capacity
         self.send_attempts = send_attempts
         self.spool_dir = spool_dir
+        self.spool = Spool(spool_dir)
         self.retry_backoff_s = retry_backoff_s
+        self.on_trouble = on_trouble
+        self.diverted = False  # changed only under spool.lock
         self._queue: collections.deque[Pending] = collections.deque()
         self._cv = threading.Condition()
         self._in_flight = 0
@@ -63,6 +74,11 @@ class EventSink:
 
     def offer(self, topic: str, key: bytes | None, value: bytes) -> bool:
         """Queue an event for Kafka; never blocks. False when it went to the spool."""
+        if self.diverted:
+            with self.spool.lock:
+                if self.diverted:  # still: resume() holds the same lock
+                    self._spool(Pending(topic, key, value), "Kafka is unreachable")
+                    return False
         with self._cv:
             if self._closing or len(self._queue) + self._in_flight >= self.capacity:
                 self.buffer_full += 1
@@ -104,9 +120,11 @@ class EventSink:
         while True:
             with self._cv:
                 # While a retry waits, nothing newer is sent: a session's events stay in order.
-                while (not self._queue or self._held) and not self._closing:
+                while (
+                    not self._queue or self._held or self._producer is None
+                ) and not self._closing:
                     self._cv.wait()
-                if not self._queue:
+                if not self._queue or self._producer is None:
                     return
                 item = self._queue.popleft()
                 self._in_flight += 1
@@ -159,6 +177,8 @@ class EventSink:
             timer.start()
         else:
             self._spool(item, f"not delivered after {item.attempts} attempt(s): {self.last_error}")
+            if isinstance(exc, KafkaError) and self.on_trouble is not None:
+                self.on_trouble(self.last_error)
 
     def _resend(self, item: Pending) -> None:
         with self._cv:
@@ -175,26 +195,50 @@ class EventSink:
             self._spool(item, "proxy shutting down before a retry")
 
     def _spool(self, item: Pending, reason: str) -> None:
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
-        path = self.spool_dir / f"{item.topic}.jsonl"
-        with self._cv:  # one writer at a time, whole lines
-            with open(path, "ab") as out:
-                out.write(item.value.rstrip(b"\n") + b"\n")
+        with self.spool.lock:  # one writer at a time, whole lines
+            path = self.spool.append(item.topic, item.value)
             self.spooled += 1
         metrics.SINK.labels("spooled").inc()
+        if self.diverted:  # the link says so, loudly and once in a while
+            log.debug("event for %s spooled to %s (%s)", item.topic, path, reason)
+            return
         log.error(
-            "event for %s spooled to %s (%s); send it later with `turnstream produce %s`",
+            "event for %s spooled to %s (%s); it is sent when Kafka takes events again "
+            "(or send it with `turnstream produce %s`)",
             item.topic,
             path,
             reason,
             path,
         )
 
+    def divert(self) -> int:
+        """Send nothing more to Kafka: what is queued, and what comes, goes to the spool."""
+        with self.spool.lock:
+            self.diverted = True
+            with self._cv:
+                left = list(self._queue)
+                self._queue.clear()
+                metrics.BUFFERED.set(self._in_flight)
+            for item in left:
+                self._spool(item, "Kafka is unreachable")
+        return len(left)
+
+    def resume(self, producer: Any) -> None:
+        """Deliver to Kafka again with ``producer`` (called while spool appends wait)."""
+        with self._cv:
+            self._producer = producer
+            self.diverted = False
+            self._cv.notify_all()
+
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Deliver what is queued (within ``timeout_s``); spool whatever is left."""
         deadline = time.monotonic() + timeout_s
         with self._cv:
-            while (self._queue or self._in_flight) and time.monotonic() < deadline:
+            while (
+                (self._queue or self._in_flight)
+                and self._producer is not None
+                and time.monotonic() < deadline
+            ):
                 self._cv.wait(timeout=0.1)
             self._closing = True
             left = list(self._queue)
@@ -206,12 +250,14 @@ class EventSink:
             self._held.clear()
             self._cv.notify_all()
         try:
-            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+            if self._producer is not None:
+                self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
         except KafkaError as exc:
             log.error("final flush to Kafka failed: %s", exc)
         for item in left:
             self._spool(item, "proxy shutting down")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self._producer.close(timeout=5)
+        if self._producer is not None:
+            self._producer.close(timeout=5)
         return self.stats()

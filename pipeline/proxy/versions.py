@@ -34,7 +34,8 @@ class PolicyVersions:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():  # never started while Kafka was away
+            self._thread.join(timeout=5)
 
     def observe(self, value: bytes | None) -> None:
         try:

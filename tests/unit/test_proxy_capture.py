@@ -139,6 +139,17 @@ def test_non_streamed_completion_is_captured() -> None:
         "prompt_token_ids": [1, 2],
     }
     assert from_completion(data) == Captured("ok", None, [-0.5], [42], [1, 2], "stop")
+    sglang = {
+        "choices": [
+            {
+                **data["choices"][0],
+                "response_token_ids": [42],  # SGLang's names
+                "prompt_token_ids": [1, 2],
+            }
+        ]
+    }
+    del sglang["choices"][0]["token_ids"]
+    assert from_completion(sglang) == Captured("ok", None, [-0.5], [42], [1, 2], "stop")
     assert from_completion({"choices": []}).empty
     broken = {"choices": [{"message": {"content": "x"}, "logprobs": {"content": [{"x": 1}]}}]}
     assert from_completion(broken).logprobs is None  # an entry without a log-prob: none kept

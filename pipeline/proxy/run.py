@@ -1,0 +1,92 @@
+"""`turnstream proxy` as a process: the sink, the Kafka link, the policy version, the server."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.errors import ConfigError
+from pipeline.proxy import metrics
+from pipeline.proxy.server import ProxyState, build_proxy
+from pipeline.proxy.sessions import SessionCounters
+from pipeline.proxy.sink import EventSink
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FixedVersion:
+    current: int | None
+
+
+def run_proxy(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM, with or without Kafka; then deliver (or spool) what is left."""
+    from pipeline.proxy.link import KafkaLink
+    from pipeline.proxy.versions import PolicyVersions
+
+    config = settings.proxy
+    topics = settings.topics
+    if not config.upstream:
+        raise ConfigError(
+            "no upstream policy server: pass --upstream URL or set TURNSTREAM_PROXY_UPSTREAM"
+        )
+    sink = EventSink(None, config.buffer, config.send_attempts, config.data_dir / "spool")
+    versions: Any
+    if config.policy_version is not None:
+        versions = FixedVersion(config.policy_version)
+        metrics.POLICY_VERSION.set(config.policy_version)
+    else:
+        versions = PolicyVersions(settings)
+    follow = versions.start if isinstance(versions, PolicyVersions) else None
+    link = KafkaLink(settings, sink, [topics.chat_turns.name, topics.deadletter.name], follow)
+    counters = SessionCounters(config.data_dir / "sessions.sqlite")
+    counters.forget_older_than(30 * 24 * 3600)
+    state = ProxyState(settings, sink, counters, versions, link=link)
+    sink.start()
+    link.attempt(timeout_s=1.0)  # a reachable broker answers in time: start as before
+    link.start()
+    log.info(
+        "capture proxy on http://%s:%d -> %s; turns to %s at %s; requests without X-Turn-Type "
+        "are %s turns",
+        config.host,
+        config.port,
+        config.upstream,
+        topics.chat_turns.name,
+        settings.bootstrap_servers,
+        config.default_turn_type,
+    )
+    try:
+        web.run_app(
+            build_proxy(state),
+            host=config.host,
+            port=config.port,
+            print=lambda line: log.info("%s", line),
+            access_log=None,
+            shutdown_timeout=30,
+        )
+    finally:
+        link.stop()
+        if isinstance(versions, PolicyVersions):
+            versions.stop()
+        stats = sink.close()
+        counters.close()
+        log.info(
+            "proxy stopped: %d turn(s) recorded, %d event(s) delivered, %d spooled "
+            "(%d sent from the spool)",
+            state.turns,
+            stats["delivered"],
+            stats["spooled"],
+            link.drained,
+        )
+        waiting = sink.spool.pending(link.topics)
+        if waiting:
+            log.warning(
+                "%d event(s) wait in the spool %s: they are sent when the proxy next reaches "
+                "Kafka (or send them with `turnstream produce <file>`)",
+                waiting,
+                sink.spool_dir,
+            )

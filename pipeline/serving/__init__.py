@@ -1,0 +1,1 @@
+"""The embedded policy server: SGLang's HTTP protocol over transformers on CPU."""

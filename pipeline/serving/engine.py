@@ -1,0 +1,335 @@
+"""The batching engine: one thread runs every forward pass; requests join between steps.
+
+Each loop takes the requests that arrived (up to ``max_running`` sequences in
+all), prefills them as one left-padded batch on the weights being served now,
+samples their first token and joins them to the rows decoding on those weights;
+then every group of rows takes one decode step. A weight update only swaps
+:attr:`Engine.weights`: rows already decoding finish on the weights they
+started with (one group of rows per set of weights), new ones start on the new.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pipeline.serving import batch
+from pipeline.serving.batch import Rows
+from pipeline.serving.choose import choose, prompt_logprobs
+from pipeline.serving.jobs import Event, Job, Request
+from pipeline.serving.sampling import BadRequest
+from pipeline.serving.text import TextTracker
+from pipeline.serving.weights import Weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Group:
+    """Rows decoding together on one set of weights."""
+
+    weights: Weights
+    jobs: list[Job]
+    rows: Rows | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        weights: Weights,
+        tokenizer: Any,
+        context_length: int,
+        max_running: int = 16,
+        max_queued: int = 1024,
+        original_logprobs: bool = False,
+    ) -> None:
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.context_length = context_length
+        self.max_running = max_running
+        self.max_queued = max_queued
+        self.original_logprobs = original_logprobs
+        self.vocab_size = int(weights.model.config.vocab_size)
+        self.eos_ids = _eos_ids(tokenizer, weights.model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._queue: collections.deque[Job] = collections.deque()
+        self._groups: list[Group] = []
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
+        self.steps = 0
+        self.widest = 0  # the most rows one decode step has run
+        self.step_s = 0.0  # moving average of a loop's time (prefills and decode steps)
+
+    # -- the request side (any thread) -----------------------------------------
+
+    def check(self, request: Request) -> int:
+        """The request's max new tokens, once it fits the model (BadRequest if it does not)."""
+        prompt = len(request.prompt_ids)
+        if prompt == 0:
+            raise BadRequest("the input is empty: send text or at least one input id")
+        bad = [i for i in request.prompt_ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise BadRequest(
+                f"input id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+        if request.logprob_start_len > prompt:
+            raise BadRequest(
+                f"logprob_start_len={request.logprob_start_len} is higher than the number of "
+                f"input tokens {prompt}. Please use a smaller logprob_start_len."
+            )
+        wanted = request.sampling.max_new_tokens
+        if prompt >= self.context_length:
+            raise BadRequest(
+                f"The input ({prompt} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens)."
+            )
+        if wanted is None:
+            return self.context_length - prompt
+        if prompt + wanted > self.context_length:
+            raise BadRequest(
+                "Requested token count exceeds the model's maximum context length of "
+                f"{self.context_length} tokens. You requested a total of {prompt + wanted} "
+                f"tokens: {prompt} tokens from the input messages and {wanted} tokens for the "
+                "completion. Please reduce the number of tokens in the input messages or the "
+                "completion to fit within the limit."
+            )
+        return wanted
+
+    def submit(self, request: Request, emit: Any) -> Job:
+        """Queue a checked request; its events go to ``emit`` (called on the engine thread)."""
+        max_new = self.check(request)
+        s = request.sampling
+        tracker = TextTracker(
+            lambda ids: self.tokenizer.decode(
+                ids, skip_special_tokens=s.skip_special_tokens, clean_up_tokenization_spaces=False
+            ),
+            s.stop,
+            s.no_stop_trim,
+        )
+        job = Job(request, emit, max_new, tracker)
+        if s.seed is not None and not s.greedy:
+            job.generator = torch.Generator().manual_seed(s.seed)
+        with self._cv:
+            if self._stopping:
+                raise BadRequest("the server is shutting down", status=503)
+            if len(self._queue) >= self.max_queued:
+                raise BadRequest(
+                    f"{len(self._queue)} requests are waiting already; try again shortly",
+                    status=503,
+                )
+            self._queue.append(job)
+            self._cv.notify()
+        return job
+
+    def swap(self, weights: Weights) -> None:
+        """Serve ``weights`` to requests admitted from now on."""
+        with self._cv:
+            self.weights = weights
+
+    def load(self) -> dict[str, float]:
+        with self._cv:
+            return {
+                "queued": len(self._queue),
+                "running": sum(j.finish is None for g in self._groups for j in g.jobs),
+                "weight_sets": len({id(g.weights) for g in self._groups}),
+                "widest_batch": self.widest,
+                "step_ms": round(self.step_s * 1000, 1),
+            }
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+
+    # -- the engine thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            new, weights = self._take()
+            if new is None:
+                return
+            started = time.perf_counter()
+            try:
+                if new:
+                    self._admit(new, weights)
+                for group in self._groups:
+                    if group.rows is not None:
+                        self._step(group)
+            except Exception as exc:  # a bug or an out-of-memory: fail what was running, go on
+                log.exception("the engine step failed; failing the requests in it")
+                self._fail_all(new, f"{type(exc).__name__}: {exc}")
+            self._groups = [g for g in self._groups if g.jobs]
+            self.steps += 1
+            self.step_s = 0.9 * self.step_s + 0.1 * (time.perf_counter() - started)
+
+    def _take(self) -> tuple[list[Job] | None, Weights]:
+        with self._cv:
+            while not self._queue and not self._groups and not self._stopping:
+                self._cv.wait()
+            if self._stopping:
+                return None, self.weights
+            room = self.max_running - sum(len(g.jobs) for g in self._groups)
+            new: list[Job] = []
+            while self._queue and len(new) < room:
+                job = self._queue.popleft()
+                if not job.cancelled:
+                    new.append(job)
+            return new, self.weights
+
+    def _admit(self, jobs: list[Job], weights: Weights) -> None:
+        for job in jobs:
+            job.version = weights.version
+        plain = [j for j in jobs if not j.request.wants_prompt_logprobs]
+        batches = [plain] if plain else []
+        batches += [[j] for j in jobs if j.request.wants_prompt_logprobs]
+        for part in batches:
+            self._prefill(part, weights)
+
+    def _prefill(self, jobs: list[Job], weights: Weights) -> None:
+        prompts = [j.request.prompt_ids for j in jobs]
+        scored = len(jobs) == 1 and jobs[0].request.wants_prompt_logprobs
+        keep_logits = len(prompts[0]) - jobs[0].request.logprob_start_len if scored else 1
+        rows, logits = batch.prefill(weights.model, prompts, self.pad_id, keep_logits)
+        if scored:
+            self._prompt_logprobs(jobs[0], logits[0])
+        live = [i for i, j in enumerate(jobs) if j.max_new_tokens > 0]
+        for job in jobs:
+            if job.max_new_tokens == 0:
+                self._finish(job, {"type": "length", "length": 0})
+        if not live:
+            return
+        alive = batch.keep(rows, live)
+        assert alive is not None
+        jobs = [jobs[i] for i in live]
+        staying = self._advance(jobs, alive, logits[live, -1])
+        going_on = batch.keep(alive, staying)
+        if going_on is not None:
+            group = self._group_for(weights)
+            group.jobs.extend(jobs[i] for i in staying)
+            group.rows = batch.join(group.rows, going_on)
+
+    def _prompt_logprobs(self, job: Job, logits: torch.Tensor) -> None:
+        """SGLang's input log-probs from logprob_start_len: the first entry is always None."""
+        request = job.request
+        start = request.logprob_start_len
+        targets = torch.tensor(request.prompt_ids[start + 1 :], dtype=torch.long)
+        values, tops = prompt_logprobs(logits[:-1], targets, request.top_logprobs_num)
+        job.input_logprobs = [None, *values]
+        if request.top_logprobs_num:
+            job.input_top = [None, *tops]
+
+    def _group_for(self, weights: Weights) -> Group:
+        for group in self._groups:
+            if group.weights is weights:
+                return group
+        group = Group(weights, [])
+        self._groups.append(group)
+        return group
+
+    def _step(self, group: Group) -> None:
+        assert group.rows is not None
+        live = [i for i, j in enumerate(group.jobs) if not j.cancelled]
+        if len(live) < len(group.jobs):
+            group.rows = batch.keep(group.rows, live)
+            group.jobs = [group.jobs[i] for i in live]
+            if group.rows is None:
+                return
+        self.widest = max(self.widest, group.rows.size)
+        logits = batch.decode(group.weights.model, group.rows)
+        staying = self._advance(group.jobs, group.rows, logits)
+        group.rows = batch.keep(group.rows, staying)
+        group.jobs = [group.jobs[i] for i in staying]
+
+    def _advance(self, jobs: list[Job], rows: Rows, logits: torch.Tensor) -> list[int]:
+        """Choose each row's next token; emit it; the indices of rows that go on."""
+        banned = [self._banned(j) for j in jobs]
+        choices = choose(
+            logits,
+            [j.request.sampling for j in jobs],
+            [j.generator for j in jobs],
+            [j.request.top_logprobs_num if j.request.return_logprob else 0 for j in jobs],
+            self.original_logprobs,
+            banned,
+        )
+        staying: list[int] = []
+        for i, (job, choice) in enumerate(zip(jobs, choices, strict=True)):
+            job.output_ids.append(choice.token)
+            job.output_logprobs.append(choice.logprob)
+            job.output_top.append(choice.top)
+            matched_text = job.tracker.add(choice.token)
+            finish = self._finish_reason(job, choice.token, matched_text)
+            if finish is None:
+                job.emit(
+                    Event("token", job.tracker.delta(), choice.token, choice.logprob, choice.top)
+                )
+                rows.last[i] = choice.token
+                staying.append(i)
+            else:
+                job.finish = finish
+                job.emit(
+                    Event(
+                        "token",
+                        job.tracker.delta(True, job.stop_tokens_trimmed),
+                        choice.token,
+                        choice.logprob,
+                        choice.top,
+                    )
+                )
+                self._finish(job, finish)
+        return staying
+
+    def _banned(self, job: Job) -> set[int]:
+        s = job.request.sampling
+        if len(job.output_ids) >= s.min_new_tokens:
+            return set()
+        return set(s.stop_token_ids) | (set() if s.ignore_eos else set(self.eos_ids))
+
+    def _finish_reason(self, job: Job, token: int, matched_text: bool) -> dict[str, Any] | None:
+        s = job.request.sampling
+        if matched_text:
+            return {"type": "stop", "matched": job.tracker.matched}
+        if token in s.stop_token_ids or (not s.ignore_eos and token in self.eos_ids):
+            return {"type": "stop", "matched": token}
+        produced = len(job.output_ids)
+        if (
+            produced >= job.max_new_tokens
+            or len(job.request.prompt_ids) + produced >= self.context_length
+        ):
+            return {"type": "length", "length": produced}
+        return None
+
+    def _finish(self, job: Job, finish: dict[str, Any]) -> None:
+        job.finish = finish
+        job.text = job.tracker.final(job.stop_tokens_trimmed)
+        job.emit(Event("done"))
+
+    def _fail_all(self, new: list[Job], error: str) -> None:
+        failed = [*new, *(j for g in self._groups for j in g.jobs)]
+        self._groups = []
+        for job in failed:
+            if job.finish is None:
+                job.emit(Event("error", error=error))
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> frozenset[int]:
+    """End-of-sequence tokens: the tokenizer's and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif isinstance(configured, list):
+        ids.update(int(i) for i in configured)
+    return frozenset(ids)

@@ -1,0 +1,288 @@
+"""The embedded server on a tiny random policy: SGLang's shapes, batching, pushes, 4xx."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pipeline.broker.local import free_port_pair
+from pipeline.serving.server import ServerState
+from tests.servers import embedded_server, get, make_tiny_policy, post
+
+PROMPTS = [[5, 17, 33, 2 + i, 40] for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Path) -> tuple[Path, Path]:
+    """Version 0 and a perturbed version 1 of one tiny policy, named like trainer pushes."""
+    root = tmp_path_factory.mktemp("policies")
+    first = make_tiny_policy(root / "v000000", tiny_tokenizer, seed=3)
+    second = make_tiny_policy(root / "v000001", tiny_tokenizer, seed=3, noise=0.05)
+    return first, second
+
+
+@pytest.fixture
+def server(policies: tuple[Path, Path]) -> Iterator[tuple[str, ServerState]]:
+    with embedded_server(policies[0], context_length=256, max_running_requests=8) as running:
+        yield running
+
+
+def generate(url: str, prompt: list[int], **extra: object) -> dict:
+    body = {"input_ids": prompt, "return_logprob": True, **extra}
+    body.setdefault("sampling_params", {"temperature": 0, "max_new_tokens": 12})
+    status, data = post(url + "/generate", body)
+    assert status == 200, data
+    return data
+
+
+def teacher_forced(url: str, prompt: list[int], answer: list[int]) -> list[float]:
+    """Log-probs of ``answer`` after ``prompt``, as the OPD teacher asks for them."""
+    data = generate(
+        url,
+        prompt + answer,
+        logprob_start_len=len(prompt) - 1,
+        sampling_params={"max_new_tokens": 0, "temperature": 0},
+    )
+    entries = data["meta_info"]["input_token_logprobs"]
+    assert entries[0][0] is None and [e[1] for e in entries] == (prompt + answer)[len(prompt) - 1 :]
+    assert data["output_ids"] == [] and data["meta_info"]["finish_reason"]["type"] == "length"
+    return [e[0] for e in entries[1:]]
+
+
+def test_generate_answers_in_sglang_shapes_and_teacher_forcing_agrees(
+    server: tuple[str, ServerState],
+) -> None:
+    url, _state = server
+    data = generate(url, PROMPTS[0], top_logprobs_num=3, return_text_in_logprobs=True)
+    meta = data["meta_info"]
+    assert meta["completion_tokens"] == len(data["output_ids"]) == 12
+    assert meta["prompt_tokens"] == 5 and meta["weight_version"] == "0"
+    assert meta["finish_reason"] == {"type": "length", "length": 12}
+    assert meta["input_token_logprobs"] == [] and meta["input_top_logprobs"] == []
+    outputs = meta["output_token_logprobs"]
+    assert [e[1] for e in outputs] == data["output_ids"]
+    assert all(isinstance(e[2], str) for e in outputs)
+    for entry, top in zip(outputs, meta["output_top_logprobs"], strict=True):
+        assert len(top) == 3 and top[0][1] == entry[1] and top[0][0] == pytest.approx(entry[0])
+    forced = teacher_forced(url, PROMPTS[0], data["output_ids"])
+    assert forced == pytest.approx([e[0] for e in outputs], abs=1e-4)
+
+
+def test_concurrent_requests_are_batched_and_answer_as_alone(
+    server: tuple[str, ServerState],
+) -> None:
+    url, state = server
+    alone = [generate(url, p) for p in PROMPTS]
+    assert state.engine.widest == 1
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: generate(url, p), PROMPTS))
+    assert state.engine.widest > 1
+    for a, b in zip(alone, together, strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        lp_a = [e[0] for e in a["meta_info"]["output_token_logprobs"]]
+        lp_b = [e[0] for e in b["meta_info"]["output_token_logprobs"]]
+        assert lp_a == pytest.approx(lp_b, abs=1e-4)
+
+
+def test_greedy_is_deterministic_and_a_seed_fixes_a_sample(server: tuple[str, ServerState]) -> None:
+    url, _state = server
+    batch = {
+        "input_ids": [PROMPTS[1]] * 2,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 20},
+    }
+    status, pair = post(url + "/generate", batch)
+    assert status == 200 and pair[0]["output_ids"] == pair[1]["output_ids"]
+    seeded = {"temperature": 1.0, "max_new_tokens": 16, "sampling_seed": 7}
+    first = generate(url, PROMPTS[2], sampling_params=seeded)
+    again = generate(url, PROMPTS[2], sampling_params=seeded)
+    assert first["output_ids"] == again["output_ids"]
+
+
+def test_stop_strings_end_and_trim_the_text_alike_streamed_or_not(
+    server: tuple[str, ServerState],
+) -> None:
+    url, state = server
+    free = generate(url, PROMPTS[3], sampling_params={"temperature": 0, "max_new_tokens": 20})
+    text = free["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    body = {
+        "input_ids": PROMPTS[3],
+        "sampling_params": {"temperature": 0, "max_new_tokens": 20, "stop": [stop]},
+    }
+    status, stopped = post(url + "/generate", body)
+    assert status == 200 and stopped["meta_info"]["finish_reason"] == {
+        "type": "stop",
+        "matched": stop,
+    }
+    assert stopped["text"] == text[: text.index(stop)]
+    request = urllib.request.Request(
+        url + "/generate", data=json.dumps({**body, "stream": True}).encode()
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        lines = [line for line in response.read().decode().splitlines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]"
+    frames = [json.loads(line[5:]) for line in lines[:-1]]
+    assert frames[-1]["text"] == stopped["text"] and frames[-1]["meta_info"]["finish_reason"]
+    assert all(
+        later["text"].startswith(earlier["text"]) for earlier, later in itertools.pairwise(frames)
+    )
+    assert state.engine.load()["running"] == 0
+
+
+BAD = [
+    ("/generate", b"{not json", 400, "not valid JSON"),
+    ("/generate", {"sampling_params": {}}, 400, "Either text or input_ids"),
+    ("/generate", {"input_ids": [1, 2], "sampling_params": {"temprature": 0}}, 400, "temprature"),
+    (
+        "/generate",
+        {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 300}},
+        400,
+        "maximum context length of 256",
+    ),
+    ("/generate", {"input_ids": [1, 99999]}, 400, "outside the vocabulary"),
+    ("/generate", {"input_ids": [1, 2], "sampling_params": {"top_p": 0}}, 400, "top_p"),
+    (
+        "/generate",
+        {"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 5},
+        400,
+        "logprob_start_len",
+    ),
+    ("/generate", {"input_ids": [1, 2], "sampling_params": {"n": 2}}, 400, "not supported"),
+    (
+        "/v1/chat/completions",
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+        404,
+        "does not exist",
+    ),
+    ("/v1/chat/completions", {"messages": []}, 400, "Messages cannot be empty"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 999},
+        400,
+        "maximum context length",
+    ),
+    ("/v1/chat/completions", [1, 2], 400, "JSON object"),
+    ("/update_weights_from_disk", {"path": "x"}, 400, "model_path"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "says"), BAD)
+def test_bad_requests_get_a_4xx_json_answer(
+    server: tuple[str, ServerState], path: str, body: object, status: int, says: str
+) -> None:
+    url, _state = server
+    code, answer = post(url + path, body)
+    assert code == status
+    text = json.dumps(answer)
+    assert says in text and "Traceback" not in text
+    if path.startswith("/v1/"):
+        assert answer["object"] == "error" and answer["code"] == status
+
+
+def test_a_weight_push_serves_new_weights_while_requests_in_flight_finish(
+    server: tuple[str, ServerState], policies: tuple[Path, Path]
+) -> None:
+    url, state = server
+    before = generate(url, PROMPTS[4])
+    long = {"temperature": 0, "max_new_tokens": 240}
+    results: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda p=p: results.append(generate(url, p, sampling_params=long)))
+        for p in PROMPTS
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while state.engine.load()["running"] < len(PROMPTS) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    status, pushed = post(url + "/update_weights_from_disk", {"model_path": str(policies[1])})
+    assert status == 200 and pushed["success"] and pushed["weight_version"] == "1"
+    during = generate(url, PROMPTS[4])  # served on the new weights beside the old rows
+    assert state.engine.load()["running"] > 0, "the long requests ended before the push"
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == len(PROMPTS)
+    assert all(r["meta_info"]["completion_tokens"] == 240 for r in results)
+    assert {r["meta_info"]["weight_version"] for r in results} == {"0"}
+    after = generate(url, PROMPTS[4])
+    assert during["meta_info"]["weight_version"] == after["meta_info"]["weight_version"] == "1"
+    old = [e[0] for e in before["meta_info"]["output_token_logprobs"]]
+    new = [e[0] for e in after["meta_info"]["output_token_logprobs"]]
+    assert max(abs(a - b) for a, b in zip(old, new, strict=True)) > 1e-3
+    info = get(url + "/get_model_info")
+    assert info["weight_version"] == "1" and info["model_path"] == str(policies[1])
+    refused = post(
+        url + "/update_weights_from_disk", {"model_path": str(policies[1].parent / "nope")}
+    )
+    assert refused[0] == 400 and not refused[1]["success"]
+    assert get(url + "/get_model_info")["weight_version"] == "1"
+
+
+def test_turnstream_serve_serves_a_checkpoint_directory(policies: tuple[Path, Path]) -> None:
+    port = free_port_pair()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "serve",
+            "--model",
+            str(policies[0]),
+            "--port",
+            str(port),
+            "--context-length",
+            "64",
+        ],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                assert get(url + "/v1/models")["data"][0]["id"] == "v000000"
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "turnstream serve did not answer"
+                time.sleep(0.3)
+        assert get(url + "/get_model_info")["weight_version"] == "0"
+        status, data = post(
+            url + "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 3}}
+        )
+        assert status == 200 and data["meta_info"]["completion_tokens"] == 3
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="JudgeClient.teacher_logprobs asks from logprob_start_len = prompt length, but SGLang "
+    "(0.5.23, like this server) gives None for the first position it returns, so it gets one "
+    "log-prob too few; the client must ask from prompt length - 1",
+)
+async def test_the_opd_teacher_client_reads_this_servers_logprobs(
+    policies: tuple[Path, Path],
+) -> None:
+    from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
+
+    with embedded_server(policies[0], context_length=64) as (url, _state):
+        async with JudgeClient(JudgeConfig(backend="sglang", urls=[url])) as client:
+            out = await client.teacher_logprobs(PROMPTS[0] + [7, 8, 9], response_len=3)
+    assert len(out["logprobs"]) == 3
