@@ -121,7 +121,8 @@ async def test_the_teacher_scores_exactly_the_tokens_that_train(tiny_tokenizer: 
     assert tok.decode(trained.response_ids) == "main.py is about 50 lines long.<|im_end|>"
     assert sample.teacher_logprobs == trained.teacher_logprobs and not trained.teacher_misaligned
     [body] = teacher_requests(bodies)
-    start = body["logprob_start_len"]
+    # asked from the position before the response: SGLang returns None for the first one
+    start = body["logprob_start_len"] + 1
     assert body["input_ids"][start:] == trained.response_ids  # end-of-turn token included
 
 
@@ -129,7 +130,7 @@ async def test_the_hinted_prompt_is_what_reaches_the_teacher(tiny_tokenizer: Pat
     sample, bodies = await run_recorded("opd", tiny_tokenizer, agreement=1.0, vote_dist={1: 1.0})
     [body] = teacher_requests(bodies)
     tok = PolicyTokenizer(tiny_tokenizer).tok
-    prompt = tok.decode(body["input_ids"][: body["logprob_start_len"]])
+    prompt = tok.decode(body["input_ids"][: body["logprob_start_len"] + 1])
     hint = SimConfig().hint
     assert sample.hint == hint
     expected = (

@@ -160,17 +160,19 @@ class JudgeClient:
         self, input_ids: list[int], response_len: int, top_k: int = 0
     ) -> dict[str, Any]:
         """Log-probs of the last ``response_len`` tokens of ``input_ids`` (SGLang /generate)."""
+        # SGLang gives no log-prob (None) for the first position it returns: ask from the
+        # position before the response so every response token gets one.
         body: dict[str, Any] = {
             "input_ids": input_ids,
             "return_logprob": True,
-            "logprob_start_len": len(input_ids) - response_len,
+            "logprob_start_len": max(0, len(input_ids) - response_len - 1),
             "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
         }
         if top_k:
             body["top_logprobs_num"] = top_k
         data = await self.post("/generate", body)
         meta = data["meta_info"]
-        # Position 0 of a sequence has no log-prob (None); keep the last response_len values.
+        # The first position returned has no log-prob (None); keep the last response_len values.
         logprobs = [float(e[0]) for e in meta["input_token_logprobs"] if e[0] is not None]
         logprobs = logprobs[-response_len:]
         if len(logprobs) != response_len:
