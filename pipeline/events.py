@@ -53,6 +53,11 @@ class Response(_Strict):
     reasoning_content: str | None = Field(
         None, description="a thinking model's reasoning, trained where the chat template renders it"
     )
+    finish_reason: str | None = Field(
+        None,
+        description="why generation stopped, as the server said (stop, length, tool_calls); "
+        "a response cut at its length limit trains without an end-of-turn token",
+    )
 
 
 class NextState(_Strict):

@@ -5,7 +5,8 @@ OPD teacher's prompt, so rollout, teacher and trainer log-probs describe the
 same tokens: what the template renders for the reply after the prompt
 (``reasoning_content`` where the template renders it, text, tool calls) up
 to and including the end-of-turn token, the tokenizer's eos. Ids the serving
-engine returned win; the end-of-turn token is appended when they lack it.
+engine returned win; the end-of-turn token is appended when they lack it,
+unless the response was cut at its length limit (``finish_reason`` length).
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ def response_token_ids(
     it, such as ChatML's newline, is never generated).
     """
     eot = end_of_turn_id(tokenizer)
+    ended = response.finish_reason != "length"  # a cut response never generated the token
     if own_ids is not None:
         ids = list(own_ids)
-        return [*ids, eot] if eot is not None and (not ids or ids[-1] != eot) else ids
+        if ended and eot is not None and (not ids or ids[-1] != eot):
+            ids.append(eot)
+        return ids
     prompt = render(tokenizer, messages, tools, add_generation_prompt=True)
     try:
         full = render(tokenizer, [*messages, assistant_message(response)], tools, False)
@@ -97,10 +101,11 @@ def response_token_ids(
     if full.startswith(prompt) and len(full) > len(prompt):
         ids = list(tokenizer.encode(full[len(prompt) :], add_special_tokens=False))
         if eot in ids:
-            return ids[: len(ids) - ids[::-1].index(eot)]
+            end = len(ids) - ids[::-1].index(eot)
+            return ids[:end] if ended else ids[: end - 1]
     else:
         ids = list(tokenizer.encode(_plain_text(response), add_special_tokens=False))
-    return [*ids, eot] if eot is not None else ids
+    return [*ids, eot] if ended and eot is not None else ids
 
 
 def align_rollout(

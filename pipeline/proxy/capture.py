@@ -281,6 +281,7 @@ def build_turn(
             "content": captured.content,
             "tool_calls": captured.tool_calls,
             "reasoning_content": captured.reasoning_content,
+            "finish_reason": captured.finish_reason,
         },
         "tools": body.get("tools") or None,
         "prompt_ids": captured.prompt_ids,

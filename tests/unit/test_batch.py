@@ -126,6 +126,24 @@ def test_own_ids_get_the_end_of_turn_token_their_logprobs_lack(tiny_tokenizer: P
     assert tokenize_sample(done, tok, 4096).rollout_logprobs == [-1.0, -2.0, -0.1]
 
 
+def test_a_response_cut_at_its_length_limit_trains_without_an_end_of_turn_token(
+    tiny_tokenizer: Path,
+) -> None:
+    """The policy never generated the end-of-turn token of a truncated answer: training one
+    there would teach it to stop exactly where the limit cut it."""
+    tok = load(tiny_tokenizer)
+    eot = tok.eos_token_id
+    cut = Response(content="All 42 tests", finish_reason="length")
+    t = tokenize_sample(sample(response=cut), tok, 4096)
+    assert tok.decode(t.response_ids) == "All 42 tests" and eot not in t.response_ids
+    own = sample(response=cut, prompt_ids=[1, 2, 3], response_ids=[50, 51],
+                 response_logprobs=[-1.0, -2.0])  # fmt: skip
+    t = tokenize_sample(own, tok, 4096)
+    assert t.response_ids == [50, 51] and t.rollout_logprobs == [-1.0, -2.0]
+    stopped = Response(content="All 42 tests passed.", finish_reason="stop")
+    assert tokenize_sample(sample(response=stopped), tok, 4096).response_ids[-1] == eot
+
+
 def test_an_explicit_end_of_turn_template_with_reasoning(header_tokenizer: Path) -> None:
     tok = load(header_tokenizer)
     eot = tok.convert_tokens_to_ids("<|eot_id|>")
