@@ -273,14 +273,14 @@ def _raise_first(exc: ValidationError, tagged: bool = False) -> None:
 def _load_json(raw: bytes | str | None) -> Any:
     if raw is None:
         raise EventDecodeError("", "the record has no value (a tombstone)")
-    if isinstance(raw, bytes):
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise EventDecodeError("", f"not valid UTF-8 at byte {exc.start}") from exc
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if isinstance(raw, bytes):  # say where, when the bytes are not UTF-8 at all
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise EventDecodeError("", f"not valid UTF-8 at byte {bad.start}") from bad
         raise EventDecodeError("", f"not valid JSON: {exc}") from exc
 
 
@@ -314,7 +314,7 @@ def decode_as(model: type[M], raw: bytes | str | None) -> M:
 
 def encode(event: BaseModel) -> bytes:
     """The JSON bytes of an event, as they go on a topic."""
-    return orjson.dumps(event.model_dump(mode="json", exclude_none=False))
+    return event.__pydantic_serializer__.to_json(event)
 
 
 def dead_letter(

@@ -94,8 +94,9 @@ def build_app(
     )  # fmt: skip
     out = {spec.name: app.topic(spec.name, partitions=spec.partitions, **RAW) for spec in topics}
 
-    def kafka_send(outs: list[Out]) -> list[Any]:
-        return [out[o.topic].send_soon(key=o.key, value=o.value) for o in outs]
+    async def kafka_send(outs: list[Out]) -> list[Any]:  # straight to the producer: raw bytes
+        send = app.producer.send
+        return [await send(o.topic, o.key, o.value, None, None, None) for o in outs]
 
     w = Worker(
         settings, app, out[topics.chat_turns.name], PairingStage(topics, s.idle_timeout_s),

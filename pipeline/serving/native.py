@@ -76,6 +76,22 @@ def _prompts(
     )
 
 
+def _parallel_samples(samplings: list[Any]) -> int:
+    """``sampling_params.n``: how many samples of each prompt (the same for every prompt);
+    removed from the parameters, which then describe one sample each."""
+    counts = set()
+    for i, raw in enumerate(samplings):
+        if isinstance(raw, dict) and "n" in raw:
+            raw = dict(raw)
+            counts.add(_integer(raw.pop("n"), "sampling_params.n", 1))
+            samplings[i] = raw
+        else:
+            counts.add(1)
+    if len(counts) > 1:
+        raise BadRequest("sampling_params.n must be the same for every prompt", param="n")
+    return counts.pop()
+
+
 def _integer(value: Any, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise BadRequest(f"{name} must be an integer >= {low}, got {value!r}", param=name)
@@ -92,6 +108,12 @@ def parse_generate(body: Any, tokenize: Callable[[str], list[int]]) -> GenerateC
     prompts, is_batch = _prompts(body, tokenize)
     n = len(prompts)
     samplings = _per_item(body, "sampling_params", n, None)
+    parallel = _parallel_samples(samplings)
+    if parallel > 1:  # SGLang's parallel sampling: the batch repeated n times, one answer each
+        prompts, samplings, is_batch = prompts * parallel, samplings * parallel, True
+        body = {k: (v * parallel if isinstance(v, list) and k != "input_ids" and k != "text"
+                    else v) for k, v in body.items()}  # fmt: skip
+        n = len(prompts)
     logprob = _per_item(body, "return_logprob", n, False)
     starts = _per_item(body, "logprob_start_len", n, -1)
     tops = _per_item(body, "top_logprobs_num", n, 0)

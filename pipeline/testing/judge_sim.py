@@ -166,25 +166,23 @@ class JudgeSimulator:
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.bodies.append({"path": "/generate", "body": body})
-        if await self._serve() == "error":
-            return web.json_response({"error": "simulated overload"}, status=503)
         params = body.get("sampling_params", {})
+        n = int(params.get("n", 1) or 1)  # SGLang's parallel sampling: n answers, one slot each
+        if "error" in await asyncio.gather(*(self._serve() for _ in range(n))):
+            return web.json_response({"error": "simulated overload"}, status=503)
         if "input_ids" in body:
             return web.json_response(self._logprobs(body, params))
         text = body.get("text")
         if not isinstance(text, str):
             return web.json_response({"error": "'text' or 'input_ids' required"}, status=400)
+        answers = [self._answer(text) for _ in range(n)]
+        return web.json_response(answers if n > 1 else answers[0])
+
+    def _answer(self, text: str) -> dict[str, Any]:
         out = self.vote_text(text)
-        return web.json_response(
-            {
-                "text": out,
-                "meta_info": {
-                    "prompt_tokens": len(text) // 4,
-                    "completion_tokens": len(out) // 4,
-                    "finish_reason": {"type": "stop"},
-                },
-            }
-        )
+        meta = {"prompt_tokens": len(text) // 4, "completion_tokens": len(out) // 4,
+                "finish_reason": {"type": "stop"}}  # fmt: skip
+        return {"text": out, "meta_info": meta}
 
     def _logprobs(self, body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         """Teacher log-prob answer: one entry per input position from logprob_start_len.

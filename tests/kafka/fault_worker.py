@@ -38,13 +38,13 @@ def hold_pair(sample_id: str) -> None:
         paired = settings.topics.turns_paired.name
         topics: dict[str, Any] = {}
 
-        def send(outs: list[Any]) -> list[Any]:
+        async def send(outs: list[Any]) -> list[Any]:
             stored = []
             for out in outs:
                 if out.topic == paired and decode_as(Paired, out.value).sample_id == sample_id:
                     stored.append(never_stored(f"pair {sample_id}"))
                 else:
-                    stored.append(topics[out.topic].send_soon(key=out.key, value=out.value))
+                    stored.append(await topics[out.topic].send(key=out.key, value=out.value))
             return stored
 
         app = build(settings, judge, sender=send, **kwargs)
@@ -61,11 +61,11 @@ def hold_pair(sample_id: str) -> None:
 def hold_state(session_id: str, turn_index: int) -> None:
     persist = SessionTable.persist
 
-    def held(self: SessionTable, partition: int, sid: str, state: Any) -> Any:
+    async def held(self: SessionTable, partition: int, sid: str, state: Any) -> Any:
         pending = (state or {}).get("pending") or {}
         if sid == session_id and pending.get("turn_index") == turn_index:
             return never_stored(f"state of {sid} with pending turn {turn_index}")
-        return persist(self, partition, sid, state)
+        return await persist(self, partition, sid, state)
 
     SessionTable.persist = held  # type: ignore[method-assign]
 

@@ -18,7 +18,7 @@ class Producer:
         self.sent: list[str] = []
         self.stored: dict[str, asyncio.Future[str]] = {}
 
-    def send(self, outs: list[Out]) -> list[asyncio.Future[str]]:
+    async def send(self, outs: list[Out]) -> list[asyncio.Future[str]]:
         futures = []
         for out in outs:
             name = out.value.decode()
@@ -130,7 +130,7 @@ async def test_a_failed_delivery_stops_acknowledgements_and_is_reported() -> Non
 async def test_a_send_refused_before_buffering_is_a_failed_delivery() -> None:
     failures: list[BaseException] = []
 
-    def refuse(outs: list[Out]) -> list[Any]:
+    async def refuse(outs: list[Out]) -> list[Any]:
         raise RuntimeError("producer closed")
 
     acks = InOrderAcks(8, refuse, on_failure=failures.append)
@@ -150,7 +150,7 @@ async def test_the_durable_step_starts_only_once_outputs_are_stored_and_gates_th
     state_a, state_b = loop.create_future(), loop.create_future()
 
     def durable(name: str, stored: asyncio.Future[str]):  # type: ignore[no-untyped-def]
-        def start() -> list[asyncio.Future[str]]:
+        async def start() -> list[asyncio.Future[str]]:
             events.append(f"write {name}")
             return [stored]
 
@@ -183,7 +183,11 @@ async def test_a_refused_state_write_stops_acknowledgements_like_a_refused_outpu
     runner = asyncio.ensure_future(acks.run())
     refused = asyncio.get_running_loop().create_future()
     refused.set_exception(RuntimeError("changelog refused"))
-    await acks.add([], recorder(acked)("a"), lambda: [refused])
+
+    async def write() -> list[asyncio.Future[str]]:
+        return [refused]
+
+    await acks.add([], recorder(acked)("a"), write)
     await asyncio.wait_for(runner, 1)
     assert acked == [] and [str(f) for f in failures] == ["changelog refused"]
     assert acks.drop() == 1

@@ -32,7 +32,7 @@ def turn(index: int, last: str) -> bytes:
 def app_with_sink():  # type: ignore[no-untyped-def]
     sent: list[Out] = []
 
-    def sink(outs: list[Out]) -> list[object]:
+    async def sink(outs: list[Out]) -> list[object]:
         sent.extend(outs)
         return []  # nothing to wait for: stored at once
 

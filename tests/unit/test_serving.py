@@ -110,6 +110,27 @@ def test_greedy_is_deterministic_and_a_seed_fixes_a_sample(server: tuple[str, Se
     assert first["output_ids"] == again["output_ids"]
 
 
+def test_parallel_sampling_answers_n_samples_of_one_prompt(
+    server: tuple[str, ServerState],
+) -> None:
+    """SGLang's ``sampling_params.n``: the judge asks its m votes in one request."""
+    url, _state = server
+    body = {"input_ids": PROMPTS[3], "sampling_params": {"temperature": 1.0, "max_new_tokens": 8,
+            "n": 3}}  # fmt: skip
+    status, answers = post(url + "/generate", body)
+    assert status == 200 and isinstance(answers, list) and len(answers) == 3
+    assert all(a["meta_info"]["completion_tokens"] == len(a["output_ids"]) for a in answers)
+    assert len({tuple(a["output_ids"]) for a in answers}) > 1  # independent samples
+    batch = {"input_ids": PROMPTS[:2], "sampling_params": {"temperature": 0, "max_new_tokens": 4,
+             "n": 2}}  # fmt: skip
+    status, four = post(url + "/generate", batch)
+    assert status == 200 and len(four) == 4
+    assert [a["meta_info"]["prompt_tokens"] for a in four] == [5, 5, 5, 5]
+    assert four[0]["output_ids"] == four[2]["output_ids"]  # [p1, p2] * 2, greedy
+    status, bad = post(url + "/generate", {"input_ids": PROMPTS[0], "sampling_params": {"n": 0}})
+    assert status == 400, bad
+
+
 def test_stop_strings_end_and_trim_the_text_alike_streamed_or_not(
     server: tuple[str, ServerState],
 ) -> None:
@@ -159,7 +180,12 @@ BAD = [
         400,
         "logprob_start_len",
     ),
-    ("/generate", {"input_ids": [1, 2], "sampling_params": {"n": 2}}, 400, "not supported"),
+    (
+        "/generate",
+        {"input_ids": [1, 2], "sampling_params": {"frequency_penalty": 0.5}},
+        400,
+        "not supported",
+    ),
     (
         "/v1/chat/completions",
         {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},

@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 
 Then = Callable[[], Awaitable[None]]
 # started once an input's outputs are stored; returns what resolves once it is stored
-Durable = Callable[[], list[Awaitable[Any]]]
+Durable = Callable[[], Awaitable[list[Awaitable[Any]]]]
 # hands outputs to the producer; returns what resolves once each is stored
-Send = Callable[[list[Out]], list[Awaitable[Any]]]
+Send = Callable[[list[Out]], Awaitable[list[Awaitable[Any]]]]
 
 
 class DeliveryFailed(BrokerError):
@@ -109,7 +109,7 @@ class InOrderAcks:
             outputs, durable, then = await self._outputs.get()
             outs = outputs if isinstance(outputs, list) else await outputs
             try:
-                stored = self._send(outs)
+                stored = await self._send(outs)
             except Exception as exc:  # refused before it was even buffered
                 self._failed(exc)
                 return
@@ -121,7 +121,7 @@ class InOrderAcks:
             if not await self._all_stored(stored):
                 return
             try:
-                writes = durable() if durable else []
+                writes = await durable() if durable else []
             except Exception as exc:  # refused before it was even buffered
                 self._failed(exc)
                 return

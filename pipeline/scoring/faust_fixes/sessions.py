@@ -5,7 +5,7 @@ set, independently of the agent's outputs (at-least-once mode; its
 exactly-once mode, which would tie them in a transaction, loses or duplicates
 under kill -9: robinhood/faust#340, faust-streaming #323, #517). Can go when
 Faust can tie a changelog write to the delivery of an event's outputs.
-Uses only public table API (``Table.data``, ``Table.send_changelog``).
+Uses only public API (``Table.data``, ``Table.changelog_topic``, ``Producer.send``).
 
 Faust writes a table's changelog record the moment a key is set, before the
 agent's outputs for the same record are stored. A worker killed in between
@@ -27,12 +27,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 
 class SessionTable:
     """A Faust table of session states, written in memory now and to its changelog later."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
+        self.producer = table.app.producer
+        self.changelog = table.changelog_topic.get_topic_name()
+        if (table.key_serializer, table.value_serializer) != ("json", "json"):
+            raise TypeError("the session table's changelog is written as JSON: keep its codecs")
 
     def get(self, session_id: str) -> dict[str, Any] | None:
         return self.table.data.get(session_id)
@@ -44,25 +50,32 @@ class SessionTable:
         else:
             self.table.data[session_id] = state
 
-    def persist(
+    async def persist(
         self, partition: int, session_id: str, state: dict[str, Any] | None
     ) -> Awaitable[Any]:
-        """Write ``state`` to the changelog (a tombstone for None); resolves once stored.
+        """Send ``state`` to the changelog (a tombstone for None); what resolves once stored.
 
         ``partition`` is the input record's: a table's changelog is partitioned
-        like the topic it is keyed from.
+        like the topic it is keyed from. Encoded as the table's JSON codec does
+        (Faust's recovery reads it back), and sent straight to the producer as the
+        agents' outputs are (Faust's own table writes wait in its send buffer).
         """
-        if state is None:
-            return self.table.send_changelog(partition, session_id, None, value_serializer="raw")
-        return self.table.send_changelog(partition, session_id, state)
+        value = None if state is None else orjson.dumps(state)
+        return await self.producer.send(
+            self.changelog, orjson.dumps(session_id), value, partition, None, None
+        )
 
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.table.data.items())
 
     def persisting(
         self, writes: list[tuple[int, str, dict[str, Any] | None]]
-    ) -> Callable[[], list[Awaitable[Any]]] | None:
+    ) -> Callable[[], Awaitable[list[Awaitable[Any]]]] | None:
         """The durable step of one input: its session-state changes, in order (None: none)."""
         if not writes:
             return None
-        return lambda: [self.persist(partition, sid, state) for partition, sid, state in writes]
+
+        async def persist_all() -> list[Awaitable[Any]]:
+            return [await self.persist(partition, sid, state) for partition, sid, state in writes]
+
+        return persist_all

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
+import orjson
 
 from pipeline.errors import TurnstreamError
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+JSON = {"Content-Type": "application/json"}
 
 
 class JudgeUnavailable(TurnstreamError):
@@ -91,7 +93,7 @@ class JudgeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST with retries; calls spread over replicas, and each retry moves to the next one."""
         session = self._open()
         last = ""
@@ -101,10 +103,9 @@ class JudgeClient:
             try:
                 async with self._limit:
                     self.requests += 1
-                    async with session.post(url, json=body) as resp:
+                    async with session.post(url, data=orjson.dumps(body), headers=JSON) as resp:
                         if resp.status == 200:
-                            data: dict[str, Any] = await resp.json()
-                            return data
+                            return orjson.loads(await resp.read())
                         text = (await resp.text())[:300]
                         if resp.status not in RETRYABLE_STATUS:
                             raise TurnstreamError(f"judge {url} answered {resp.status}: {text}")
@@ -126,22 +127,12 @@ class JudgeClient:
     async def complete(
         self, messages: list[dict[str, Any]], n: int, hint: bool = False
     ) -> list[str]:
-        """n judge outputs for one chat prompt (votes are independent samples)."""
+        """n judge outputs for one chat prompt (votes are independent samples), in one request."""
         max_new = self.config.hint_max_new_tokens if hint else self.config.max_new_tokens
         if self.config.backend == "openai":
-            body = {
-                "model": self.config.model or "judge",
-                "messages": messages,
-                "n": n,
-                "temperature": self.config.temperature,
-                "top_p": self.config.top_p,
-                "max_tokens": max_new,
-            }
-            data = await self.post("/v1/chat/completions", body)
-            return [c["message"].get("content") or "" for c in data["choices"]]
-        text = self.render(messages)
-        body = {
-            "text": text,
+            return await self._chat(messages, n, max_new)
+        body: dict[str, Any] = {
+            "text": self.render(messages),
             "return_logprob": False,
             "sampling_params": {
                 "temperature": self.config.temperature,
@@ -153,8 +144,25 @@ class JudgeClient:
                 "spaces_between_special_tokens": False,
             },
         }
-        results = await asyncio.gather(*(self.post("/generate", body) for _ in range(n)))
-        return [r.get("text", "") for r in results]
+        if n > 1:  # SGLang's parallel sampling: one answer per vote, a list of them
+            body["sampling_params"]["n"] = n
+        data = await self.post("/generate", body)
+        results = data if isinstance(data, list) else [data]
+        if len(results) != n:
+            raise TurnstreamError(f"judge answered {len(results)} outputs for n={n}")
+        return [r.get("text", "") if isinstance(r, dict) else "" for r in results]
+
+    async def _chat(self, messages: list[dict[str, Any]], n: int, max_new: int) -> list[str]:
+        body = {
+            "model": self.config.model or "judge",
+            "messages": messages,
+            "n": n,
+            "temperature": self.config.temperature,
+            "top_p": self.config.top_p,
+            "max_tokens": max_new,
+        }
+        data = await self.post("/v1/chat/completions", body)
+        return [c["message"].get("content") or "" for c in data["choices"]]
 
     async def teacher_logprobs(
         self, input_ids: list[int], response_len: int, top_k: int = 0
