@@ -22,11 +22,12 @@ DEAD_LETTERS = Counter(
 
 @dataclass(frozen=True)
 class Out:
-    """One record to send: topic, key and value."""
+    """One record to send: topic, key and value (and partition; None: by key)."""
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
+    partition: int | None = None
 
 
 class DeadLetters:
@@ -39,9 +40,12 @@ class DeadLetters:
         self.limits = {spec.name: spec.max_message_bytes - 1024 for spec in topics}
 
     def __call__(self, stage: str, error: str, source: str, raw: bytes | None) -> Out:
+        return Out(self.topic, None, self.encoded(stage, error, source, raw))
+
+    def encoded(self, stage: str, error: str, source: str, raw: bytes | None) -> bytes:
+        """The value of a dead letter for ``self.topic`` (counted as sent)."""
         DEAD_LETTERS.labels(stage).inc()
-        record = dead_letter(stage, error, source, raw, time.time(), self.max_raw)
-        return Out(self.topic, None, encode(record))
+        return encode(dead_letter(stage, error, source, raw, time.time(), self.max_raw))
 
     def unless_fits(self, stage: str, out: Out, what: str, source: str) -> Out:
         """``out``, or a dead letter saying why when it is too large for its topic.
@@ -49,11 +53,10 @@ class DeadLetters:
         Kept here rather than sent: the broker would refuse it, a refused send stops
         the worker, and the same record would stop the next one.
         """
-        limit = self.limits[out.topic]
-        if len(out.value) <= limit:
+        limit, size = self.limits[out.topic], len(out.value or b"")
+        if size <= limit:
             return out
         error = (
-            f"{what} is {len(out.value):,} bytes, above {out.topic} max.message.bytes "
-            f"less 1 KiB ({limit:,})"
+            f"{what} is {size:,} bytes, above {out.topic} max.message.bytes less 1 KiB ({limit:,})"
         )
         return self(stage, error, source, out.value)

@@ -134,6 +134,12 @@ class ScoringSettings(BaseSettings):
     commit_interval_s: float = Field(
         0.5, gt=0, description="how often a worker commits the inputs it has acknowledged"
     )
+    linger_ms: float = Field(
+        1.0,
+        ge=0,
+        description="how long a worker's producer waits to batch outputs (each hop of a pair "
+        "waits this long at most; under load, requests fill up anyway)",
+    )
     rewards: Path | None = Field(
         None,
         description="YAML of reward processors (pipeline.rewards) to score pairs with, in rl "

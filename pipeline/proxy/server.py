@@ -289,8 +289,9 @@ def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured
         except EventDecodeError as exc:
             _not_recorded(state, "invalid_turn")
             raw = orjson.dumps({"request": body, "response": captured.__dict__})
-            letter = DeadLetters(topics)("proxy", str(exc), f"proxy/{meta.session_id}/{index}", raw)
-            state.sink.offer(letter.topic, letter.key, letter.value)
+            dead = DeadLetters(topics)
+            letter = dead.encoded("proxy", str(exc), f"proxy/{meta.session_id}/{index}", raw)
+            state.sink.offer(dead.topic, None, letter)
             log.warning("session %s turn %d not recorded: %s", meta.session_id, index, exc)
         else:
             state.sink.offer(topics.chat_turns.name, meta.session_id.encode(), encode(turn))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,5 +89,7 @@ class Worker:
             writes.append((partition, result.session_id, state))
         outs.extend(result.outs)
 
-    def judge_record(self, raw: bytes | None, key: bytes | None, where: str) -> Awaitable[Any]:
+    def judge_record(
+        self, raw: bytes | None, key: bytes | None, where: str
+    ) -> asyncio.Future[list[Out]]:
         return asyncio.ensure_future(self.judging.handle(raw, key, where))

@@ -87,7 +87,7 @@ def build_app(
         topic_partitions=topics.chat_turns.partitions, table_standby_replicas=0,
         topic_replication_factor=topics.chat_turns.replication_factor, producer_acks=-1,
         producer_max_request_size=topics.samples_scored.max_message_bytes,
-        producer_linger=settings.producer_linger_ms / 1000,
+        producer_linger=s.linger_ms / 1000,
         broker_commit_interval=s.commit_interval_s, broker_session_timeout=s.session_timeout_s,
         consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
         stream_buffer_maxsize=max(64, s.window),
@@ -96,13 +96,13 @@ def build_app(
 
     async def kafka_send(outs: list[Out]) -> list[Any]:  # straight to the producer: raw bytes
         send = app.producer.send
-        return [await send(o.topic, o.key, o.value, None, None, None) for o in outs]
+        return [await send(o.topic, o.key, o.value, o.partition, None, None) for o in outs]
 
     w = Worker(
         settings, app, out[topics.chat_turns.name], PairingStage(topics, s.idle_timeout_s),
         JudgeStage(topics, judge_, s.mode, teacher, rewards=rewards, groups=groups),
-        SessionTable(app.Table("sessions", default=None, partitions=topics.chat_turns.partitions)),
-        sender or kafka_send, guard, on_delivery_failure,
+        SessionTable(app.Table("sessions", default=None, partitions=topics.chat_turns.partitions),
+                     sender or kafka_send), sender or kafka_send, guard, on_delivery_failure,
     )  # fmt: skip
     app.agent(out[topics.chat_turns.name], name="pair")(lambda stream: pair(w, stream))
     app.agent(out[topics.turns_paired.name], name="judge")(lambda stream: judge(w, stream))

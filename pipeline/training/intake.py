@@ -83,8 +83,8 @@ class Intake:
         except EventDecodeError as exc:
             self.skip(rec, "invalid")
             where = f"{rec.topic}/{rec.partition}/{rec.offset}"
-            letter = self.dead_letters("train", str(exc), where, rec.value)
-            self.outbox.send(out, letter.topic, letter.value)
+            letter = self.dead_letters.encoded("train", str(exc), where, rec.value)
+            self.outbox.send(out, self.dead_letters.topic, letter)
             return
         reason = self.skip_reason(sample, policy_version)
         if reason is not None:

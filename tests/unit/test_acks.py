@@ -69,8 +69,9 @@ async def test_acks_wait_for_delivery_and_keep_arrival_order() -> None:
     runner.cancel()
 
 
-async def test_outputs_still_being_made_are_sent_in_arrival_order() -> None:
-    """A pair judged faster than the one before it waits for it: samples keep their order."""
+async def test_outputs_made_later_are_sent_at_once_and_acknowledged_in_arrival_order() -> None:
+    """A pair judged faster than the one before it is sent at once (no head-of-line wait for
+    its sample); the input is still acknowledged only after the slower one before it."""
     acked: list[str] = []
     producer = Producer()
     acks = InOrderAcks(8, producer.send, on_failure=lambda exc: None)
@@ -81,12 +82,14 @@ async def test_outputs_still_being_made_are_sent_in_arrival_order() -> None:
     await acks.add(fast, recorder(acked)("fast"))
     fast.set_result([out("fast")])
     await asyncio.sleep(0.01)
-    assert producer.sent == []
+    assert producer.sent == ["fast"]
+    producer.store("fast")
+    await asyncio.sleep(0.01)
+    assert acked == []  # the slow one before it is not even made
     slow.set_result([out("slow")])
     await asyncio.sleep(0.01)
-    assert producer.sent == ["slow", "fast"]
+    assert producer.sent == ["fast", "slow"] and acked == []
     producer.store("slow")
-    producer.store("fast")
     await asyncio.sleep(0.01)
     assert acked == ["ack slow", "ack fast"]
     runner.cancel()

@@ -31,19 +31,23 @@ def turn(index: int, last: str) -> bytes:
 
 def app_with_sink():  # type: ignore[no-untyped-def]
     sent: list[Out] = []
+    changelog: list[Out] = []
 
     async def sink(outs: list[Out]) -> list[object]:
-        sent.extend(outs)
-        return []  # nothing to wait for: stored at once
+        sent.extend(o for o in outs if not o.topic.endswith("-changelog"))
+        changelog.extend(o for o in outs if o.topic.endswith("-changelog"))
+        stored = asyncio.get_running_loop().create_future()
+        stored.set_result("stored")
+        return [stored] * len(outs)
 
     app = build_app(SETTINGS, RulesJudge(), sender=sink)
     app.finalize()
     app.flow_control.resume()
-    return app, sent
+    return app, sent, changelog
 
 
 async def test_pair_agent_pairs_in_order_and_keeps_state_in_the_table() -> None:
-    app, sent = app_with_sink()
+    app, sent, changelog = app_with_sink()
     async with app.agents["pair"].test_context() as agent:
         await agent.put(turn(0, "run the tests"), key=b"s1")
         assert sent == []
@@ -57,10 +61,14 @@ async def test_pair_agent_pairs_in_order_and_keeps_state_in_the_table() -> None:
     assert letter.stage == "pair" and "not valid JSON" in letter.error
     state = app.tables["sessions"].get("s1")
     assert state["pending"]["turn_index"] == 1 and state["seen"] == [0, 1]
+    # the table's changelog gets each state once its pairs are stored, as JSON, in order
+    written = [orjson.loads(o.value) for o in changelog if o.key == b'"s1"']
+    assert [w["pending"]["turn_index"] for w in written] == [0, 1]
+    assert written[0]["seen"] == [0]  # the first state as it was, not as the next step left it
 
 
 async def test_judge_agent_scores_and_emits_in_order() -> None:
-    app, sent = app_with_sink()
+    app, sent, _changelog = app_with_sink()
     pairs = []
     for i, reply in enumerate(["thanks!", "No, that's wrong", "ok then"]):
         turn_event = orjson.loads(turn(i, "q"))
@@ -92,7 +100,7 @@ async def test_judge_agent_scores_and_emits_in_order() -> None:
 
 
 async def test_tombstones_are_dead_lettered_not_fatal() -> None:
-    app, sent = app_with_sink()
+    app, sent, _changelog = app_with_sink()
     async with app.agents["pair"].test_context() as agent:
         await agent.put(None, key=b"s1")
         await agent.put(turn(0, "q"), key=b"s1")

@@ -12,9 +12,9 @@ input on return would let the consumer commit past a record whose outputs
 were then refused or timed out (the failure is only logged): a loss.
 
 :class:`InOrderAcks` takes each input's outputs (or the task that will
-produce them), sends them in arrival order, and holds the input's
-acknowledgement until they are stored, so a commit can never pass an input
-whose outputs are not stored. An input may also carry a *durable step*
+produce them), sends them as soon as they exist, and holds the input's
+acknowledgement, in arrival order, until they are stored, so a commit can
+never pass an input whose outputs are not stored. An input may also carry a *durable step*
 (the pairing agent's session-state change): it is started only once the
 input's outputs are stored, in arrival order, and the input is acknowledged
 only once the step is stored too. State on the log therefore never implies an
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.deadletters import Out
@@ -49,13 +50,23 @@ class DeliveryFailed(BrokerError):
     """An output could not be stored on the broker."""
 
 
+@dataclass
+class _Input:
+    then: Then
+    durable: Durable | None
+    task: asyncio.Future[list[Out]] | None = None  # outputs still being made
+    sent: asyncio.Future[list[Awaitable[Any]]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 class InOrderAcks:
     """Sends each input's outputs and runs its ``then`` (its acknowledgement) once stored.
 
-    Three stages, each in arrival order: the outputs (awaited when they are a
-    task, such as a pair being judged) are handed to the producer; once stored,
-    the input's durable step starts; once that is stored, the input is
-    acknowledged. At most ``limit`` inputs are between :meth:`add` and their
+    Outputs are handed to the producer as soon as they exist (a pair judged
+    quickly does not wait behind a slow one); in arrival order, once an input's
+    outputs are stored its durable step starts, and once that is stored the input
+    is acknowledged. At most ``limit`` inputs are between :meth:`add` and their
     acknowledgement (``add`` waits).
     """
 
@@ -63,16 +74,15 @@ class InOrderAcks:
         self._send = send
         self._on_failure = on_failure
         self._slots = asyncio.Semaphore(limit)
-        self._outputs: asyncio.Queue[tuple[Any, Durable | None, Then]] = asyncio.Queue()
-        self._stored: asyncio.Queue[tuple[list[Awaitable[Any]], Durable | None, Then]]
-        self._stored = asyncio.Queue()
+        self._ready: asyncio.Queue[tuple[_Input, list[Out]]] = asyncio.Queue()
+        self._arrived: asyncio.Queue[_Input] = asyncio.Queue()
         self._durable: asyncio.Queue[tuple[list[Awaitable[Any]], Then]] = asyncio.Queue()
         self.failure: BaseException | None = None
         self.pending = 0  # inputs added and not yet acknowledged
 
     async def add(
         self,
-        outputs: list[Out] | Awaitable[list[Out]],
+        outputs: list[Out] | asyncio.Future[list[Out]],
         then: Then,
         durable: Durable | None = None,
     ) -> None:
@@ -81,20 +91,36 @@ class InOrderAcks:
             raise DeliveryFailed(f"an earlier output was not delivered: {self.failure!r}")
         await self._slots.acquire()
         self.pending += 1
-        self._outputs.put_nowait((outputs, durable, then))
+        item = _Input(then, durable)
+        if isinstance(outputs, list):
+            self._ready.put_nowait((item, outputs))
+        else:
+            item.task = outputs
+            outputs.add_done_callback(lambda task: self._made(item, task))
+        self._arrived.put_nowait(item)
+
+    def _made(self, item: _Input, task: asyncio.Future[list[Out]]) -> None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:  # the stages catch their errors: a bug
+            item.sent.set_exception(task.exception())  # type: ignore[arg-type]
+            return
+        self._ready.put_nowait((item, task.result()))
 
     def drop(self) -> int:
         """Forget every input not yet acknowledged (the agent stops; they stay unacknowledged)."""
-        for queue in (self._outputs, self._stored, self._durable):
+        while not self._arrived.empty():
+            item = self._arrived.get_nowait()
+            if item.task is not None:
+                item.task.cancel()
+        for queue in (self._ready, self._durable):
             while not queue.empty():
-                item = queue.get_nowait()
-                if isinstance(item[0], asyncio.Future):
-                    item[0].cancel()
+                queue.get_nowait()
         dropped, self.pending = self.pending, 0
         return dropped
 
     async def run(self) -> None:
-        """Send and acknowledge in order until a delivery fails (then report it and stop)."""
+        """Send and acknowledge until a delivery fails (then report it and stop)."""
         stages = [asyncio.ensure_future(s()) for s in (self._sending, self._storing, self._acking)]
         try:
             done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
@@ -105,27 +131,32 @@ class InOrderAcks:
                 stage.cancel()
 
     async def _sending(self) -> None:
+        """Outputs to the producer in the order they were made."""
         while True:
-            outputs, durable, then = await self._outputs.get()
-            outs = outputs if isinstance(outputs, list) else await outputs
+            item, outs = await self._ready.get()
             try:
-                stored = await self._send(outs)
+                item.sent.set_result(await self._send(outs))
             except Exception as exc:  # refused before it was even buffered
                 self._failed(exc)
                 return
-            self._stored.put_nowait((stored, durable, then))
 
     async def _storing(self) -> None:
+        """In arrival order: outputs stored, then the input's durable step."""
         while True:
-            stored, durable, then = await self._stored.get()
+            item = await self._arrived.get()
+            try:
+                stored = await item.sent
+            except Exception as exc:
+                self._failed(exc)
+                return
             if not await self._all_stored(stored):
                 return
             try:
-                writes = await durable() if durable else []
+                writes = await item.durable() if item.durable else []
             except Exception as exc:  # refused before it was even buffered
                 self._failed(exc)
                 return
-            self._durable.put_nowait((writes, then))
+            self._durable.put_nowait((writes, item.then))
 
     async def _acking(self) -> None:
         while True:

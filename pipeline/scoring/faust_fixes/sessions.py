@@ -25,17 +25,22 @@ which downstream collapses by sample_id).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from pipeline.deadletters import Out
+
+if TYPE_CHECKING:
+    from pipeline.scoring.faust_fixes.acks import Send
 
 
 class SessionTable:
     """A Faust table of session states, written in memory now and to its changelog later."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, send: Send) -> None:
         self.table = table
-        self.producer = table.app.producer
+        self.send = send
         self.changelog = table.changelog_topic.get_topic_name()
         if (table.key_serializer, table.value_serializer) != ("json", "json"):
             raise TypeError("the session table's changelog is written as JSON: keep its codecs")
@@ -57,13 +62,13 @@ class SessionTable:
 
         ``partition`` is the input record's: a table's changelog is partitioned
         like the topic it is keyed from. Encoded as the table's JSON codec does
-        (Faust's recovery reads it back), and sent straight to the producer as the
-        agents' outputs are (Faust's own table writes wait in its send buffer).
+        (Faust's recovery reads it back), and sent as the agents' outputs are
+        (straight to the producer; Faust's own table writes wait in its send buffer).
         """
         value = None if state is None else orjson.dumps(state)
-        return await self.producer.send(
-            self.changelog, orjson.dumps(session_id), value, partition, None, None
-        )
+        out = Out(self.changelog, orjson.dumps(session_id), value, partition)
+        [stored] = await self.send([out])
+        return stored
 
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.table.data.items())
