@@ -11,6 +11,7 @@ from typing import Any
 import faust
 from faust.types import StreamT
 
+from pipeline.broker.clients import faust_credentials
 from pipeline.deadletters import Out
 from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
@@ -93,3 +94,35 @@ class Worker:
         self, raw: bytes | None, key: bytes | None, where: str
     ) -> asyncio.Future[list[Out]]:
         return asyncio.ensure_future(self.judging.handle(raw, key, where))
+
+
+def faust_app(settings: Settings) -> faust.App:
+    """The Faust app of a scoring worker: its group, broker, producer and commit settings."""
+    s, topics = settings.scoring, settings.topics
+    return faust.App(
+        settings.topic_prefix + s.group_id,
+        broker=[f"kafka://{hp}" for hp in settings.bootstrap_servers.split(",")],
+        broker_credentials=faust_credentials(settings), store="memory://",
+        datadir=str(s.data_dir), web_enabled=False, consumer_auto_offset_reset="earliest",
+        topic_partitions=topics.chat_turns.partitions, table_standby_replicas=0,
+        topic_replication_factor=topics.chat_turns.replication_factor, producer_acks=-1,
+        producer_max_request_size=topics.samples_scored.max_message_bytes,
+        producer_linger=s.linger_ms / 1000,
+        broker_commit_interval=s.commit_interval_s, broker_session_timeout=s.session_timeout_s,
+        consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
+        stream_buffer_maxsize=max(64, s.window),
+    )  # fmt: skip
+
+
+def kafka_sender(app: faust.App) -> Send:
+    """Outputs (raw bytes) straight to the app's producer; what resolves once each is stored."""
+
+    async def send(outs: list[Out]) -> list[Any]:
+        produce = app.producer.send
+        return [await produce(o.topic, o.key, o.value, o.partition, None, None) for o in outs]
+
+    return send
+
+
+def where(message: Any) -> str:
+    return f"{message.topic}/{message.partition}/{message.offset}"

@@ -20,10 +20,9 @@ from typing import Any
 import faust
 from faust.types import StreamT
 
-from pipeline.broker.clients import faust_credentials
 from pipeline.deadletters import Out
 from pipeline.scoring import metrics, upkeep
-from pipeline.scoring.context import Worker
+from pipeline.scoring.context import Worker, faust_app, kafka_sender, where
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
 from pipeline.scoring.faust_fixes.sessions import SessionTable
@@ -63,10 +62,6 @@ async def judge(w: Worker, stream: StreamT) -> None:
             await acks.add(w.judge_record(event.value, event.key, where(m)), then(event))
 
 
-def where(message: Any) -> str:
-    return f"{message.topic}/{message.partition}/{message.offset}"
-
-
 def build_app(
     settings: Settings,
     judge_: Judge,
@@ -79,30 +74,15 @@ def build_app(
 ) -> faust.App:
     """The Faust app of one scoring worker; ``sender`` replaces the Kafka sends (tests)."""
     s, topics = settings.scoring, settings.topics
-    app = faust.App(
-        settings.topic_prefix + s.group_id,
-        broker=[f"kafka://{hp}" for hp in settings.bootstrap_servers.split(",")],
-        broker_credentials=faust_credentials(settings), store="memory://",
-        datadir=str(s.data_dir), web_enabled=False, consumer_auto_offset_reset="earliest",
-        topic_partitions=topics.chat_turns.partitions, table_standby_replicas=0,
-        topic_replication_factor=topics.chat_turns.replication_factor, producer_acks=-1,
-        producer_max_request_size=topics.samples_scored.max_message_bytes,
-        producer_linger=s.linger_ms / 1000,
-        broker_commit_interval=s.commit_interval_s, broker_session_timeout=s.session_timeout_s,
-        consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
-        stream_buffer_maxsize=max(64, s.window),
-    )  # fmt: skip
+    app = faust_app(settings)
     out = {spec.name: app.topic(spec.name, partitions=spec.partitions, **RAW) for spec in topics}
 
-    async def kafka_send(outs: list[Out]) -> list[Any]:  # straight to the producer: raw bytes
-        send = app.producer.send
-        return [await send(o.topic, o.key, o.value, o.partition, None, None) for o in outs]
-
+    send = sender or kafka_sender(app)
     w = Worker(
         settings, app, out[topics.chat_turns.name], PairingStage(topics, s.idle_timeout_s),
         JudgeStage(topics, judge_, s.mode, teacher, rewards=rewards, groups=groups),
         SessionTable(app.Table("sessions", default=None, partitions=topics.chat_turns.partitions),
-                     sender or kafka_send), sender or kafka_send, guard, on_delivery_failure,
+                     send), send, guard, on_delivery_failure,
     )  # fmt: skip
     app.agent(out[topics.chat_turns.name], name="pair")(lambda stream: pair(w, stream))
     app.agent(out[topics.turns_paired.name], name="judge")(lambda stream: judge(w, stream))
