@@ -132,7 +132,7 @@ class ScoringSettings(BaseSettings):
         description="a worker that stops heartbeating (killed) loses its partitions after this",
     )
     commit_interval_s: float = Field(
-        0.5, gt=0, description="how often a worker commits the inputs it has acknowledged"
+        0.1, gt=0, description="how often a worker commits the inputs it has acknowledged"
     )
     linger_ms: float = Field(
         1.0,
