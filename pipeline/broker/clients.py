@@ -83,6 +83,9 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         "client_id": settings.client_id,
         "security_protocol": k.security_protocol,
         "kafka_client": _net_client,
+        # kafka-python backs off exponentially up to 30 s between reconnects: after a broker
+        # restart a producer could wait that long to notice it is back
+        "reconnect_backoff_max_ms": 1000,
     }
     if k.sasl_mechanism:
         config["sasl_mechanism"] = k.sasl_mechanism

@@ -126,8 +126,27 @@ def ledger_lines(ledger: Path) -> int:
     return len(ledger.read_text().splitlines()) if ledger.exists() else 0
 
 
+def worker_scored(port: int) -> float:
+    """Samples this worker has emitted so far (its own /metrics); -1 while it cannot answer."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+    except OSError:
+        return -1.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.decode().splitlines()
+        if line.startswith("turnstream_samples_scored_total{")
+    )
+
+
 def outage(
-    local: LocalKafka, how: str, settings: Settings, ledger: Path, feed: Feed, alive: Callable
+    local: LocalKafka,
+    how: str,
+    settings: Settings,
+    ledger: Path,
+    feed: Feed,
+    alive: Callable,
+    ports: list[int],
 ) -> dict[str, float]:
     """Take the broker down (SIGTERM or SIGKILL), restart it after DOWN_S; recovery times."""
     pid = local.pid()
@@ -151,12 +170,17 @@ def outage(
     times = {"down_s": up_at - down_at, "start_s": up_at - start_at}
     times["sent_while_down"] = feed.sent - sent  # the producer kept accepting events
     scored, trained = scored_end(settings), ledger_lines(ledger)  # once it is back
+    by_worker = [worker_scored(port) for port in ports]
+    wanted = {"scored_s", "trained_s", *(f"w{i}_scored_s" for i in range(len(ports)))}
     deadline = up_at + 240
-    while ("scored_s" not in times or "trained_s" not in times) and time.monotonic() < deadline:
+    while not wanted <= times.keys() and time.monotonic() < deadline:
         if "scored_s" not in times and scored_end(settings) > scored:
             times["scored_s"] = time.monotonic() - up_at
         if "trained_s" not in times and ledger_lines(ledger) > trained:
             times["trained_s"] = time.monotonic() - up_at
+        for i, port in enumerate(ports):
+            if f"w{i}_scored_s" not in times and worker_scored(port) > by_worker[i]:
+                times[f"w{i}_scored_s"] = time.monotonic() - up_at
         alive()
         time.sleep(0.2)
     return times
@@ -197,8 +221,10 @@ def run_through_outages(
     procs: list[subprocess.Popen] = []
     try:
         wait_http(url + "/health", sim)
+        ports = [free_port_pair() for _ in range(2)]
         procs = [
-            start_worker(env, url, tmp_path / f"w{i}", tmp_path / f"w{i}.log") for i in range(2)
+            start_worker(env, url, tmp_path / f"w{i}", tmp_path / f"w{i}.log", ports[i])
+            for i in range(2)
         ]
         trainer = spawn(
             ["pipeline.cli", "train", "--config", str(config), "--ledger", str(ledger)],
@@ -219,7 +245,7 @@ def run_through_outages(
                 assert time.monotonic() - started < 300, "no training before the outage"
                 time.sleep(0.5)
             recoveries[how] = outage(
-                local, how, settings, ledger, feed, lambda: assert_alive(procs, tmp_path)
+                local, how, settings, ledger, feed, lambda: assert_alive(procs, tmp_path), ports
             )
             assert_alive(procs, tmp_path)
         feed.thread.join(timeout=400)
@@ -247,8 +273,9 @@ def run_through_outages(
         + "; ".join(
             f"{how}: down {r['down_s']:.1f}s (restart {r['start_s']:.1f}s of it, "
             f"{r['sent_while_down']:.0f} events produced meanwhile), first sample scored "
-            f"{r.get('scored_s', -1):.1f}s and first trainer step {r.get('trained_s', -1):.1f}s "
-            "after the broker was back"
+            f"{r.get('scored_s', -1):.1f}s (worker 0 {r.get('w0_scored_s', -1):.1f}s, worker 1 "
+            f"{r.get('w1_scored_s', -1):.1f}s) and first trainer step "
+            f"{r.get('trained_s', -1):.1f}s after the broker was back"
             for how, r in recoveries.items()
         )
         + f"; lost={len(missing)} retried={len(retried)} duplicates={duplicates} "
@@ -257,6 +284,10 @@ def run_through_outages(
     )
     assert not missing, f"{len(missing)} lost, e.g. {sorted(missing)[:5]}"
     assert all("scored_s" in r and "trained_s" in r for r in recoveries.values()), recoveries
+    # every worker scores again soon after the broker is back (it rejoins its group itself)
+    assert all(r.get(f"w{i}_scored_s", 1e9) <= 10 for r in recoveries.values() for i in (0, 1)), (
+        recoveries
+    )
     assert all(r["sent_while_down"] > 0 for r in recoveries.values())  # produced throughout
     assert sorted(trained) == sorted(included)  # every included sample_id exactly once
     group = settings.topic_prefix + "turnstream-trainer"
