@@ -12,8 +12,10 @@ produced to fresh topics for each run:
   for a sample_id already there (the trainer collapses them by sample_id).
 
 Worker CPU per judged pair: the workers' user + system CPU seconds from the
-first judge call to the last scored sample, over the pairs with a next state
-(each judged with m=3 calls; the others pass through without a call).
+moment the workload starts arriving (the workers already up and idle) to the
+last scored sample — pairing, judging and all Kafka traffic — over the pairs
+with a next state (each judged with m=3 votes; the others pass through
+without a call). Throughput is timed from the first judge call.
 
 Prints a table, writes benchmarks/results/scaleout.json and scaleout.png.
 On a machine with fewer cores than processes (broker, simulator, workers) the
@@ -29,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -64,6 +67,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_idle(procs: list[subprocess.Popen], quiet_s: float = 1.0) -> None:
+    """Until the workers have started up: their CPU stays flat for ``quiet_s``."""
+    time.sleep(2)
+    before = sum(cpu_seconds(p.pid) for p in procs)
+    while True:
+        time.sleep(quiet_s)
+        if any(p.poll() is not None for p in procs):
+            sys.exit("a worker exited while starting")
+        now = sum(cpu_seconds(p.pid) for p in procs)
+        if now - before < 0.05 * len(procs):
+            return
+        before = now
+
+
 def scored_count(settings: Settings) -> int:
     return sum(partition_ends(settings, settings.topics.samples_scored.name).values())
 
@@ -82,7 +99,6 @@ def run(
     of the samples, or at once) and check every expected sample is there."""
     settings = base.model_copy(update={"topic_prefix": f"so{uuid.uuid4().hex[:6]}."})
     admin.apply(settings)
-    produce_file(settings, workload)
     procs: list[subprocess.Popen] = []
 
     def start(i: int) -> None:
@@ -90,15 +106,18 @@ def run(
         procs.append(spawn_worker(settings, url, tmp / f"{settings.topic_prefix}w{i}", log, 256))
 
     try:
-        first = sim_stats(url)["calls"]
         for i in range(workers if join_at is None else 1):
             start(i)
+        wait_idle(procs)  # started, joined the group, nothing to do yet
+        cpu_before = {p.pid: cpu_seconds(p.pid) for p in procs}
+        first = sim_stats(url)["calls"]
+        feed = threading.Thread(target=produce_file, args=(settings, workload), daemon=True)
+        feed.start()
         while sim_stats(url)["calls"] == first:
             if any(p.poll() is not None for p in procs):
                 sys.exit(f"a worker exited; see the logs in {tmp}")
             time.sleep(0.05)
         began = time.monotonic()
-        cpu_at_first_call = {p.pid: cpu_seconds(p.pid) for p in procs}
         joined_at = None
         deadline = began + 900
         while (done := scored_count(settings)) < len(expected):
@@ -109,8 +128,9 @@ def run(
                 sys.exit(f"a worker exited or the run did not finish; see the logs in {tmp}")
             time.sleep(0.1)
         seconds = time.monotonic() - began
-        # start-up before the first judge call is left out; a joining worker's is in
-        cpu = sum(cpu_seconds(p.pid) - cpu_at_first_call.get(p.pid, 0.0) for p in procs)
+        # everything from the first record on (pairing too); a joining worker's start-up is in
+        cpu = sum(cpu_seconds(p.pid) - cpu_before.get(p.pid, 0.0) for p in procs)
+        feed.join()
         time.sleep(3)  # anything still in flight (a duplicate) lands before the count
     finally:
         for proc in procs:

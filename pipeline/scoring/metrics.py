@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from threading import Thread
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -48,6 +49,18 @@ STRANDED_SEEKS = Counter(
     ["topic"],
 )
 LAG = Gauge("turnstream_consumer_lag", "records behind the end of each input topic", ["topic"])
+
+
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once per label set (it takes a lock each time)."""
+    key = (id(metric), labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
 
 
 def serve(port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, Thread] | None:

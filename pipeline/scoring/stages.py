@@ -71,7 +71,7 @@ class PairingStage:
         step = pair_step(
             SessionState.from_dict(lookup(event.session_id)), event, now, self.idle_timeout_s
         )
-        metrics.EVENTS.labels(step.outcome).inc()
+        metrics.child(metrics.EVENTS, step.outcome).inc()
         if step.outcome == "out_of_order":
             return PairResult(
                 None,
@@ -82,7 +82,7 @@ class PairingStage:
             )
         outs = []
         for pair in step.pairs:
-            metrics.PAIRED.labels(str(pair.next_state is not None).lower()).inc()
+            metrics.child(metrics.PAIRED, str(pair.next_state is not None).lower()).inc()
             # a turn and its next state can each be near chat.turns' limit
             out = Out(self.paired_topic, pair.route_key, encode(pair))
             outs.append(self.dead.unless_fits("pair", out, f"the pair of {pair.sample_id}", source))
@@ -90,7 +90,7 @@ class PairingStage:
         return PairResult(event.session_id, state, step.state is None, outs, step.outcome)
 
     def _reject(self, error: str, source: str, raw: bytes | None) -> PairResult:
-        metrics.EVENTS.labels("invalid").inc()
+        metrics.child(metrics.EVENTS, "invalid").inc()
         return PairResult(None, None, False, [self.dead("pair", error, source, raw)], "invalid")
 
 
@@ -154,7 +154,7 @@ class JudgeStage:
 
 def record_sample_metrics(sample: Sample) -> None:
     for vote in sample.votes:
-        metrics.VOTES.labels("failed" if vote is None else str(vote)).inc()
+        metrics.child(metrics.VOTES, "failed" if vote is None else str(vote)).inc()
     metrics.JUDGE_CALLS.observe(sample.judge_calls)
     metrics.JUDGE_LATENCY.observe(sample.timings.get("judge_s", 0.0))
-    metrics.SCORES.labels(f"{sample.score:g}", sample.exclude_reason or "none").inc()
+    metrics.child(metrics.SCORES, f"{sample.score:g}", sample.exclude_reason or "none").inc()
