@@ -64,7 +64,7 @@ async def member(settings: Settings, tmp_path: Path) -> AsyncIterator[Member]:
     it acknowledges what it reads, so its stop does not wait for the records."""
     from kafka.admin import NewTopic
 
-    topic, group = f"{settings.topic_prefix}fx", f"{settings.topic_prefix}fx-group"
+    topic, group = settings.topics.chat_turns.name, f"{settings.topic_prefix}fx-group"
     admin = admin_client(settings)
     admin.create_topics([NewTopic(topic, 2, 1)])
     admin.close()
@@ -167,3 +167,17 @@ def test_an_untested_faust_version_is_a_clear_error(monkeypatch: pytest.MonkeyPa
     )
     with pytest.raises(ConfigError, match=r"faust-streaming 0\.17\.0 is installed.*0\.15\.x"):
         adapter.check_versions()
+
+
+async def test_the_lag_gauge_counts_what_this_worker_has_not_committed(
+    member: Member, settings: Settings
+) -> None:
+    """The worker's lag comes from its own consumer: end of each partition minus commit."""
+    from types import SimpleNamespace
+
+    from pipeline.scoring.upkeep import consumer_lag
+
+    worker = SimpleNamespace(settings=settings, app=member.app)
+    assert consumer_lag(worker) == {"chat.turns": RECORDS, "turns.paired": 0}  # type: ignore[arg-type]
+    await adapter.commit(member.app.consumer, {TP(member.topic, 0): 3})
+    assert consumer_lag(worker) == {"chat.turns": RECORDS - 3, "turns.paired": 0}  # type: ignore[arg-type]
