@@ -43,6 +43,12 @@ class Worker:
         """Inputs the agents hold unacknowledged (Faust keeps a stream's last one unacked)."""
         return sum(acks.pending for acks in self.acks)
 
+    async def settled(self, timeout_s: float) -> None:
+        """Until nothing is in flight, or ``timeout_s`` passed."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.in_flight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+
     def undelivered(self, exc: BaseException) -> None:
         if self.on_delivery_failure is not None:
             self.on_delivery_failure(exc)

@@ -21,12 +21,14 @@ from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.context import Worker
 from pipeline.scoring.faust_fixes import adapter
-from pipeline.scoring.faust_fixes.handover import commit_handed_over, commit_idle
+from pipeline.scoring.faust_fixes.handover import commit_ahead, commit_handed_over
 
 log = logging.getLogger(__name__)
 
 STRANDED_CHECK_S = 5.0  # how long a partition may hold records nobody delivers, while idle
 LAG_EVERY_S = 10.0
+COMMIT_AHEAD_S = 1.0  # commits what Faust's commit is stuck behind (read-back records)
+HANDOVER_WAIT_S = 5.0  # on a revoke, for the agents to acknowledge what they are finishing
 
 
 def install(w: Worker) -> None:
@@ -36,7 +38,7 @@ def install(w: Worker) -> None:
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
-        await commit_handed_over(_app, w.handled, revoked)
+        await commit_handed_over(_app, w.handled, revoked, lambda: w.settled(HANDOVER_WAIT_S))
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def forget_elsewhere(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
@@ -54,11 +56,16 @@ def install(w: Worker) -> None:
         for topic, lag in consumer_lag(w).items():
             metrics.LAG.labels(topic).set(lag)
 
+    @app.timer(interval=COMMIT_AHEAD_S)
+    async def commit_past_faust() -> None:
+        if not w.app.rebalancing:
+            await commit_ahead(w.app, w.handled, sources(w))
+
     if w.guard is not None:
 
         @app.timer(interval=STRANDED_CHECK_S)
         async def unstrand() -> None:
-            await commit_and_unstrand(w)
+            await seek_stranded(w)
 
 
 async def end_idle_sessions(w: Worker, flagged: dict[str, float], now: float) -> None:
@@ -90,21 +97,23 @@ def consumer_lag(w: Worker) -> dict[str, int]:
     return lag
 
 
-async def commit_and_unstrand(w: Worker) -> None:
-    """While nothing is in flight: commit past records the guard read back, and seek back
-    to records a partition's stream stopped short of (no later record reveals them)."""
+def sources(w: Worker) -> set[tuple[str, int]]:
+    """The partitions of chat.turns and turns.paired this worker holds."""
+    names = {w.settings.topics.chat_turns.name, w.settings.topics.turns_paired.name}
+    return {(tp.topic, tp.partition) for tp in w.app.consumer.assignment() if tp.topic in names}
+
+
+async def seek_stranded(w: Worker) -> None:
+    """While nothing is in flight: seek back to records a partition's stream stopped short
+    of (the guard notices skipped records when a later one arrives; these have none)."""
     assert w.guard is not None
-    consumer, topics = w.app.consumer, w.settings.topics
+    consumer = w.app.consumer
     if w.app.rebalancing or w.in_flight:
         return
-    sources = {topics.chat_turns.name, topics.turns_paired.name}
-    highwaters, assigned = {}, set()
-    for tp in consumer.assignment():
-        if tp.topic in sources:
-            assigned.add((tp.topic, tp.partition))
-            if (end := consumer.highwater(tp)) is not None:
-                highwaters[(tp.topic, tp.partition)] = end
-    await commit_idle(w.app, w.handled, assigned)
+    highwaters = {}
+    for topic, partition in sources(w):
+        if (end := consumer.highwater(TP(topic, partition))) is not None:
+            highwaters[(topic, partition)] = end
     for (topic, partition), offset in (
         await w.guard.stranded(highwaters, STRANDED_CHECK_S)
     ).items():

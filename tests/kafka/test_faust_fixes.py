@@ -25,7 +25,7 @@ from kafka import KafkaProducer
 
 from pipeline.broker.clients import admin_client
 from pipeline.scoring.faust_fixes import adapter
-from pipeline.scoring.faust_fixes.handover import Handled, commit_handed_over, commit_idle
+from pipeline.scoring.faust_fixes.handover import Handled, commit_ahead, commit_handed_over
 from pipeline.settings import Settings
 from tests.kafka.helpers import spawn
 
@@ -105,21 +105,21 @@ async def test_the_adapter_commits_explicit_offsets_through_a_faust_consumer(
     assert group_offsets(settings, member.group) == {0: 3}
 
 
-async def test_an_idle_worker_commits_past_records_faust_never_delivered(
+async def test_a_worker_commits_past_records_faust_never_delivered(
     member: Member, settings: Settings
 ) -> None:
     """The guard's read-backs are acknowledged by the worker, never by Faust: only
-    commit_idle moves the group past them."""
+    commit_ahead moves the group past them."""
     handled = Handled()
     handled.done(member.topic, 0, 6)  # the last record of partition 0, handled by us
     handled.done(member.topic, 1, 3)
     assigned = {(member.topic, 0), (member.topic, 1)}
-    assert await commit_idle(member.app, handled, assigned) == {
+    assert await commit_ahead(member.app, handled, assigned) == {
         (member.topic, 0): 7,
         (member.topic, 1): 4,
     }
     assert group_offsets(settings, member.group) == {0: 7, 1: 4}
-    assert await commit_idle(member.app, handled, assigned) == {}  # nothing behind any more
+    assert await commit_ahead(member.app, handled, assigned) == {}  # nothing behind any more
 
 
 async def test_handled_positions_are_committed_when_partitions_are_revoked(
