@@ -104,3 +104,41 @@ def test_teacher_forced_logprobs_of_a_greedy_answer_equal_its_reported_ones(
     assert forced["meta_info"]["weight_version"] == chat["metadata"]["weight_version"] == "0"
     info = get(url + "/get_model_info")
     assert info["model_path"].endswith("smollm2-135m-instruct") and info["weight_version"] == "0"
+
+
+def test_a_served_answer_trains_on_exactly_the_tokens_the_policy_generated(
+    served: tuple[str, ServerState], smollm2: Path
+) -> None:
+    """The trainer re-renders a text answer with the real chat template: the ids must be
+    the ones generated, ending with the end-of-turn token, its log-probs position by
+    position (retokenisation drift is the classic way to train on the wrong tokens)."""
+    from transformers import AutoTokenizer
+
+    from pipeline.events import JudgeIdentity, Response, Sample
+    from pipeline.training.batch import tokenize_sample
+
+    url, _state = served
+    status, data = post(
+        url + "/v1/chat/completions",
+        {"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 40, "logprobs": True,
+         "return_token_ids": True, "messages": [{"role": "user", "content": QUESTION}]},
+    )  # fmt: skip
+    assert status == 200, data
+    choice = data["choices"][0]
+    generated = choice["response_token_ids"]
+    logprobs = [e["logprob"] for e in choice["logprobs"]["content"]]
+    tok = AutoTokenizer.from_pretrained(str(smollm2), local_files_only=True)
+    end_of_turn = tok.convert_tokens_to_ids("<|im_end|>")
+    sample = Sample(
+        sample_id="s:0", session_id="s", turn_index=0, score=1.0, votes=[1], judge_calls=1,
+        exclude_reason=None, loss_mask=1, mode="rl", next_state=None,
+        judge=JudgeIdentity(backend="rules", prompt_version="v1"),
+        messages=[{"role": "user", "content": QUESTION}],  # type: ignore[list-item]
+        response=Response(content=choice["message"]["content"], finish_reason="stop"),
+        response_logprobs=logprobs,
+    )  # fmt: skip
+    trained = tokenize_sample(sample, tok, max_seq_len=1024)
+    assert trained.response_ids == generated  # the template's rendering is what was generated
+    assert trained.response_ids[-1] == end_of_turn == tok.eos_token_id
+    assert trained.rollout_logprobs == pytest.approx(logprobs)
+    assert trained.prompt_ids == data["prompt_token_ids"]
