@@ -30,7 +30,15 @@ def learn(
     ),
     temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
     eval_samples: int = typer.Option(DEFAULTS.eval_samples, help="answers per held-out prompt"),
+    eval_prompts: int = typer.Option(None, help="evaluate only the first N held-out prompts"),
     control: bool = typer.Option(True, help="also run the loop with learning off (the control)"),
+    control_sessions: int = typer.Option(
+        None, help="user sessions of the control (default: as many as the learning phase)"
+    ),
+    micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
+    max_ahead: int = typer.Option(
+        DEFAULTS.max_ahead, help="users pause while this many samples wait for the trainer"
+    ),
     judge: str = typer.Option(
         None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
     ),
@@ -58,7 +66,9 @@ def learn(
     options = LearnOptions(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
-        eval_samples=eval_samples, control=control, judge=judge, prompts=prompts,
+        eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
+        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
+        max_ahead=max_ahead, judge=judge, prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip
     try:

@@ -77,7 +77,7 @@ def snapshot(
     return Snapshot(
         phase=phase,
         elapsed_s=time.monotonic() - started,
-        served_version=max((t.version or 0 for t in turns[-16:]), default=0),
+        served_version=max((t.version for t in turns[-16:] if t.version is not None), default=0),
         turns=len(turns),
         turns_per_s=users.rate(),
         paused=users.population.paused,

@@ -26,7 +26,9 @@ class LearnOptions:
     lr: float = 3e-5
     max_ahead: int = 32  # users pause while this many samples wait for the trainer
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
+    eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
     control: bool = True  # the same loop with learning off, then its evaluation
+    control_sessions: int | None = None  # user sessions of the control (None: as many as learning)
     judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
     seed: int = 0
     server_threads: int | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ class LearnReport:
 
     options: dict[str, Any]
     preference: str
+    topic_prefix: str = ""
     versions: list[VersionStats] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)
     alignment: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +84,7 @@ class LearnReport:
         return {
             "options": self.options,
             "preference": self.preference,
+            "topic_prefix": self.topic_prefix,
             "per_version": [v.to_json() for v in self.versions],
             "eval": self.evaluation,
             "alignment": self.alignment,
@@ -98,6 +100,13 @@ class LearnReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
         return path
+
+
+def write_turns(turns: Iterable[ServedTurn], path: Path) -> Path:
+    """One JSON line per answer users got: session, version, length, verdict, times."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(asdict(t)) + b"\n" for t in turns))
+    return path
 
 
 def eval_gain(evaluation: dict[str, Any]) -> float | None:

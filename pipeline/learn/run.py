@@ -21,7 +21,7 @@ from pipeline.learn.loop import Users, Watched, follow
 from pipeline.learn.monitor import Monitor
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
-from pipeline.learn.report import LearnReport, per_version, write_chart
+from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
 from pipeline.learn.stack import Proc, start_proxy, start_server, start_trainer, start_worker
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import resolve_model
@@ -40,7 +40,7 @@ def run_learn(settings: Settings, options: LearnOptions, console: Console) -> Le
         run.evaluate("after")
         run.measure(turns)
         if options.control:
-            run.control(len(turns))
+            run.control(options.control_sessions or len(turns))
     return run.finish()
 
 
@@ -58,8 +58,10 @@ class LearnRun:
         self.workdir = options.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.report = LearnReport(options.to_json(), options.preference.describe())
+        self.report.topic_prefix = prefix
         prompts = load_prompts(options.prompts or default_prompts())
-        self.train, self.heldout = split(prompts, "train"), split(prompts, "heldout")
+        self.train = split(prompts, "train")
+        self.heldout = split(prompts, "heldout")[: options.eval_prompts]
         self.model = resolve_model(options.model, settings.models, log=console.print)
         self._mark = time.monotonic()
 
@@ -141,6 +143,7 @@ class LearnRun:
         finally:
             users.stop()
         self._phase("learn")
+        write_turns(users.turns, self.workdir / "turns.jsonl")
         return users.turns
 
     def _trainer_done(self) -> bool:
@@ -183,6 +186,7 @@ class LearnRun:
         finally:
             users.stop()
         self.report.users["control"] = _users(users.turns, time.monotonic() - self._mark)
+        write_turns(users.turns, self.workdir / "control-turns.jsonl")
         self._phase("control_loop")
         self.evaluate("control")
 

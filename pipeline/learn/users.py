@@ -48,8 +48,9 @@ class ServedTurn:
 
 def served_version(completion: Any) -> int | None:
     """The weight version an SGLang-protocol server reports in ``metadata.weight_version``."""
-    extra = getattr(completion, "model_extra", None) or {}
-    metadata = extra.get("metadata") or {}
+    metadata = getattr(completion, "metadata", None)  # a declared field in newer SDKs
+    if metadata is None:
+        metadata = (getattr(completion, "model_extra", None) or {}).get("metadata") or {}
     value = metadata.get("weight_version") if isinstance(metadata, dict) else None
     try:
         return int(value) if value is not None else None
