@@ -60,3 +60,11 @@ class LearnOptions:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
+
+
+def demo_options(workdir: Path) -> LearnOptions:
+    """`turnstream demo`: the live loop, shortened: fewer steps, half the held-out prompts,
+    no control run (`turnstream learn` is the full, measured run)."""
+    return dataclasses.replace(
+        LearnOptions(), workdir=workdir, steps=12, eval_prompts=32, control=False
+    )
