@@ -33,7 +33,11 @@ def learn(
     eval_prompts: int = typer.Option(None, help="evaluate only the first N held-out prompts"),
     control: bool = typer.Option(True, help="also run the loop with learning off (the control)"),
     control_sessions: int = typer.Option(
-        None, help="user sessions of the control (default: as many as the learning phase)"
+        DEFAULTS.control_sessions,
+        help="user sessions of the control (0: as many as the learning phase had)",
+    ),
+    train_top_layers: int = typer.Option(
+        DEFAULTS.train_top_layers, help="train the top N decoder layers (0: every parameter)"
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(
@@ -67,7 +71,8 @@ def learn(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
-        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
+        control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
+        train_top_layers=train_top_layers or None,
         max_ahead=max_ahead, judge=judge, prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -28,14 +29,26 @@ class Users:
         self.population = population
         self.started = time.monotonic()
         self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
         self._thread = threading.Thread(target=self._main, name="users", daemon=True)
         self._thread.start()
+        self._ready.wait(timeout=30)
 
     def _main(self) -> None:
         try:
-            asyncio.run(self.population.run())
+            asyncio.run(self._talk())
+        except asyncio.CancelledError:
+            pass  # stopped
         except BaseException as exc:  # shown by the live loop, which stops the run
             self.error = exc
+
+    async def _talk(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.ensure_future(self.population.run())
+        self._ready.set()
+        await self._task
 
     @property
     def turns(self) -> list[ServedTurn]:
@@ -44,8 +57,12 @@ class Users:
     def rate(self) -> float:
         return len(self.population.turns) / max(time.monotonic() - self.started, 1e-9)
 
-    def stop(self, timeout_s: float = 120.0) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Users leave now: sessions in flight are abandoned (their turns are not recorded)."""
         self.population.stopping = True
+        if self._loop is not None and self._task is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(timeout=timeout_s)
 
 

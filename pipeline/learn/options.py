@@ -18,17 +18,18 @@ class LearnOptions:
     workdir: Path = Path(".turnstream/learn")
     users: int = 16
     temperature: float = 1.0
-    max_tokens: int = 48
-    max_words: int = 30
-    steps: int = 24  # trainer optimizer steps (one weight push each)
-    batch_size: int = 16
+    max_tokens: int = 24
+    max_words: int = 15
+    steps: int = 16  # trainer optimizer steps (one weight push each)
+    batch_size: int = 8
     micro_batch_size: int = 8
-    lr: float = 3e-5
-    max_ahead: int = 32  # users pause while this many samples wait for the trainer
+    lr: float = 1e-4
+    train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
+    max_ahead: int = 16  # users pause while this many samples wait for the trainer
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
     eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
     control: bool = True  # the same loop with learning off, then its evaluation
-    control_sessions: int | None = None  # user sessions of the control (None: as many as learning)
+    control_sessions: int | None = 64  # user sessions of the control (None: as many as learning)
     judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
     seed: int = 0
     server_threads: int | None = None
@@ -53,6 +54,7 @@ class LearnOptions:
             "max_steps": self.steps,
             "update_weights_interval": 1,
             "max_seq_len": 512,
+            "train_top_layers": self.train_top_layers,
             "seed": self.seed,
             **self.trainer_extra,
         }
