@@ -65,17 +65,10 @@ def demo(
 
 
 def _live(workdir: Path) -> None:
-    from pipeline.cli.learn import summary_table as learn_summary
+    from pipeline.cli.learn import run_and_report
     from pipeline.learn.options import demo_options
-    from pipeline.learn.run import run_learn
 
-    try:
-        report = run_learn(load_settings(), demo_options(workdir), console)
-    except KeyboardInterrupt:
-        console.print("\ninterrupted: stopped everything this demo started")
-        raise typer.Exit(130) from None
-    console.print(learn_summary(report))
-    console.print(f"report: {workdir / 'learn.json'}\nchart: {workdir / 'learn.png'}")
+    run_and_report(demo_options(workdir), "demo")
 
 
 def summary_table(report: DemoReport) -> Table:

@@ -60,13 +60,6 @@ def learn(
     off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
     everything it started.
     """
-    from pipeline.learn.run import run_learn
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    logging.basicConfig(level=logging.WARNING)
     options = LearnOptions(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
@@ -76,12 +69,25 @@ def learn(
         max_ahead=max_ahead, judge=judge, prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip
+    run_and_report(options, "run")
+
+
+def run_and_report(options: LearnOptions, what: str) -> None:
+    """Run the loop, print its summary; SIGTERM and Ctrl-C stop everything it started."""
+    from pipeline.learn.run import run_learn
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    logging.basicConfig(level=logging.WARNING)
     try:
         report = run_learn(load_settings(), options, console)
     except KeyboardInterrupt:
-        console.print("\ninterrupted: stopped everything this run started")
+        console.print(f"\ninterrupted: stopped everything this {what} started")
         raise typer.Exit(130) from None
     console.print(summary_table(report))
+    workdir = options.workdir
     console.print(f"report: {workdir / 'learn.json'}\nchart: {workdir / 'learn.png'}")
 
 
