@@ -177,7 +177,8 @@ class LearnRun:
 
     def control(self, sessions: int) -> None:
         """The same loop with learning off: the initial weights served again, no trainer,
-        as many user sessions as the learning phase had; then the same evaluation."""
+        ``sessions`` user sessions (their turns are captured and judged as before, and
+        nothing trains on them); then the same evaluation."""
         _push(self.server.url, self.model, "0")
         users = Users(self._population(f"{self.run_id}-control", self.options.seed + 1))
         try:
