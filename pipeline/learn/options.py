@@ -65,8 +65,8 @@ class LearnOptions:
 
 
 def demo_options(workdir: Path) -> LearnOptions:
-    """`turnstream demo`: the live loop, shortened: fewer steps, half the held-out prompts,
-    no control run (`turnstream learn` is the full, measured run)."""
+    """`turnstream demo`: the live loop, shortened: the same learning, evaluated on 32
+    held-out prompts, no control run (`turnstream learn` is the full, measured run)."""
     return dataclasses.replace(
-        LearnOptions(), workdir=workdir, steps=12, eval_prompts=32, control=False
+        LearnOptions(), workdir=workdir, eval_prompts=32, control=False
     )
