@@ -67,6 +67,4 @@ class LearnOptions:
 def demo_options(workdir: Path) -> LearnOptions:
     """`turnstream demo`: the live loop, shortened: the same learning, evaluated on 32
     held-out prompts, no control run (`turnstream learn` is the full, measured run)."""
-    return dataclasses.replace(
-        LearnOptions(), workdir=workdir, eval_prompts=32, control=False
-    )
+    return dataclasses.replace(LearnOptions(), workdir=workdir, eval_prompts=32, control=False)
