@@ -22,7 +22,7 @@ from pipeline.learn.monitor import Monitor
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
 from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
-from pipeline.learn.stack import Proc, start_proxy, start_server, start_trainer, start_worker
+from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import resolve_model
 from pipeline.processes import stop_process, tail
@@ -82,10 +82,10 @@ class LearnRun:
         admin.apply(s)
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)
-        judge_url = self._judge()
+        judge = self._judge()
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
-        worker = self._keep(start_worker(s, w, judge_url))
+        worker = self._keep(start_worker(s, w, judge))
         trainer, files = start_trainer(s, self.model, self.server.url, w, o.trainer_options())
         self.trainer, self.trainer_log = self._keep(trainer), files.log
         self.monitor = Monitor(s, files.metrics, files.ledger)
@@ -99,22 +99,24 @@ class LearnRun:
         )
         self.console.print(
             f"policy {self.model} served at {self.server.url}; capture proxy at "
-            f"{self.proxy.url}; judge: {judge_url or 'rules'}; topics {s.topic_prefix}*; "
+            f"{self.proxy.url}; judge: {judge.url if judge else 'rules'}; topics "
+            f"{s.topic_prefix}*; "
             f"logs in {w}"
         )
         self._phase("start")
 
-    def _judge(self) -> str | None:
-        """None for the rules judge; a base URL for an LLM judge (``embedded``: a server of
-        the initial weights of its own, so the judge does not change as the policy learns)."""
+    def _judge(self) -> Judge | None:
+        """None for the rules judge; else an LLM judge: ``embedded`` is a server of the
+        initial weights of its own (the judge does not change as the policy learns), any
+        other value the base URL of an OpenAI-compatible judge (SGLang serves one)."""
         judge = self.options.judge
         if judge is None or judge == "rules":
             return None
         if judge != "embedded":
-            return judge
+            return Judge(judge.rstrip("/").removesuffix("/v1"))
         served = start_server(self.settings, self.model, self.workdir, "judge", None)
         self._keep(served.proc)
-        return served.url
+        return Judge(served.url, self.model)
 
     def evaluate(self, label: str) -> EvalResult:
         o = self.options

@@ -75,18 +75,29 @@ def start_proxy(settings: Settings, upstream: str, workdir: Path) -> Served:
     return Served(proc, url)
 
 
-def start_worker(settings: Settings, workdir: Path, judge_url: str | None) -> Proc:
-    """A scoring worker: the rules judge, or an OpenAI-compatible judge at ``judge_url``."""
+@dataclass(frozen=True)
+class Judge:
+    """An LLM judge for the worker: its base URL, and the tokenizer whose chat template
+    renders SGLang /generate prompts (None: an OpenAI-compatible /v1/chat/completions)."""
+
+    url: str
+    tokenizer: Path | None = None
+
+
+def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc:
+    """A scoring worker: the rules judge, or the LLM judge ``judge``."""
     args = ["worker", "--web-port", "0", "--data-dir", str(workdir / "worker")]
     extra: dict[str, str] = {}
-    if judge_url is None:
+    if judge is None:
         args += ["--judge", "rules"]
+    elif judge.tokenizer is not None:  # the embedded server: SGLang's /generate, n votes at once
+        args += ["--judge", "sglang", "--judge-url", judge.url]
+        extra["TURNSTREAM_SCORING_JUDGE_TOKENIZER"] = str(judge.tokenizer)
     else:
-        args += ["--judge", "openai", "--judge-url", judge_url.rstrip("/") + "/v1"]
+        args += ["--judge", "openai", "--judge-url", judge.url]
         extra["TURNSTREAM_SCORING_JUDGE_MODEL"] = "default"
-    return spawn_cli(
-        [*args, "--loglevel", "warn"], child_env(settings, **extra), workdir / "worker.log"
-    )
+    env = child_env(settings, **extra)
+    return spawn_cli([*args, "--loglevel", "warn"], env, workdir / "worker.log")
 
 
 @dataclass(frozen=True)
