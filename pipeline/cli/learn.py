@@ -41,7 +41,7 @@ def learn(
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(
-        DEFAULTS.max_ahead, help="users pause while this many samples wait for the trainer"
+        0, help="users wait while this many samples wait for the trainer (0: they never wait)"
     ),
     judge: str = typer.Option(
         None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
@@ -66,7 +66,7 @@ def learn(
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
         control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
         train_top_layers=train_top_layers or None,
-        max_ahead=max_ahead, judge=judge, prompts=prompts,
+        max_ahead=max_ahead or None, judge=judge, prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip
     run_and_report(options, "run")

@@ -78,11 +78,16 @@ class Watched:
                 raise TurnstreamError(f"the {name} exited with {proc.returncode}:\n{tail(log)}")
 
 
+def first_turns_excluded(turns: list[ServedTurn], monitor: Monitor) -> int:
+    """The users' scored turns the trainer will not train (a judge's 0, say)."""
+    ids = {f"{t.session_id}:0" for t in turns}
+    return sum(1 for s in monitor.scored.values() if s.sample_id in ids and not s.included)
+
+
 def waiting_samples(turns: list[ServedTurn], monitor: Monitor) -> int:
     """Samples the users produced that the trainer has not trained yet (replied, not trained)."""
     replied = sum(1 for t in turns if t.replied_at is not None)
-    excluded = sum(1 for s in monitor.scored.values() if not s.included)
-    return max(0, replied - excluded - len(monitor.trained))
+    return max(0, replied - first_turns_excluded(turns, monitor) - len(monitor.trained))
 
 
 def snapshot(
@@ -127,8 +132,9 @@ def follow(
             watched.check()
             if users.error is not None:
                 raise TurnstreamError(f"the simulated users stopped: {users.error!r}")
-            if max_ahead is not None:
-                users.population.paused = waiting_samples(users.turns, monitor) >= max_ahead
+            if max_ahead is not None:  # sessions start only while the trainer keeps up
+                excluded = first_turns_excluded(users.turns, monitor)
+                users.population.allowed = len(monitor.trained) + excluded + max_ahead
             live.update(live_table(snapshot(phase, users, monitor, started, max_steps)))
             if done():
                 return

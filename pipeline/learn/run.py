@@ -139,7 +139,9 @@ class LearnRun:
 
     def learn(self) -> list[ServedTurn]:
         """Users talk while the trainer learns; until its last step's weights are pushed."""
-        users = Users(self._population(self.run_id, self.options.seed))
+        population = self._population(self.run_id, self.options.seed)
+        population.allowed = self.options.max_ahead  # None: no limit; else raised as it trains
+        users = Users(population)
         try:
             self._follow("learning", users, self._trainer_done, self.options.max_ahead)
         finally:

@@ -71,8 +71,13 @@ class Population:
     seed: int = 0
     turns: list[ServedTurn] = field(default_factory=list)
     failures: int = 0
-    paused: bool = False  # set from another thread: users finish their session, then wait
+    allowed: int | None = None  # sessions that may start in all (None: no limit); raised
+    started: int = 0  # from another thread as the trainer catches up
     stopping: bool = False
+
+    @property
+    def paused(self) -> bool:
+        return self.allowed is not None and self.started >= self.allowed
 
     async def run(self) -> None:
         """Every user's sessions, one after another, until ``stopping``."""
@@ -91,6 +96,7 @@ class Population:
             if self.paused:
                 await asyncio.sleep(0.2)
                 continue
+            self.started += 1  # one event loop: no other user runs between check and count
             prompt = rng.choice(self.prompts)
             session_id = f"{self.run_id}-u{k}-s{session}"
             session += 1
@@ -98,6 +104,7 @@ class Population:
                 await self._session(client, session_id, prompt)
             except openai.OpenAIError as exc:  # counted and shown; the user goes on
                 self.failures += 1
+                self.started -= 1  # it gave no sample: another session may take its place
                 log.warning("session %s failed: %s", session_id, exc)
                 await asyncio.sleep(1.0)
 

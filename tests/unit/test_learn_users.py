@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.learn.evaluate import Answer, summarize
 from pipeline.learn.preference import Brevity, word_count
 from pipeline.learn.prompts import default_prompts, load_prompts, split
-from pipeline.learn.users import served_version
+from pipeline.learn.users import Population, Sampling, served_version
 from pipeline.scoring.judge.rules import RulesJudge
 
 
@@ -74,3 +74,14 @@ def test_evaluation_rate_length_and_versions() -> None:
     assert result.versions == {"0": 2, "1": 1, "unknown": 1}
     assert result.to_json()["rate"] == 0.5
     assert summarize("empty", []).rate == 0.0
+
+
+def test_users_start_sessions_only_within_what_they_are_allowed() -> None:
+    users = Population("http://x", [], Brevity(), Sampling(), users=2, run_id="r")
+    assert not users.paused  # no limit
+    users.allowed, users.started = 4, 3
+    assert not users.paused
+    users.started = 4
+    assert users.paused
+    users.allowed = 8  # the trainer caught up
+    assert not users.paused
