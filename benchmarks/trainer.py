@@ -3,7 +3,8 @@
 Both sides run the same loss (``losses.policy_loss`` on rl advantages,
 aggregated by the default ``loss_agg``) on the same tiny random model and the
 same batch; the plain loop uses
-torch.optim.AdamW with no DeepSpeed. Tokens/s counts response tokens trained.
+torch.optim.AdamW with no DeepSpeed, their steps alternating (a shared machine's load
+falls on both alike). Tokens/s counts response tokens trained.
 Prints a table and writes benchmarks/results/trainer.json.
 
     python benchmarks/trainer.py [--device cpu|cuda] [--model tiny|0.5b] [--steps 5]
@@ -125,18 +126,25 @@ def main() -> None:
     )
     engine.train_step(bucketed)  # warm-up both
     plain_step(model, opt, bucketed, config)
-    start = time.perf_counter()
-    tokens = sum(engine.train_step(bucketed).tokens for _ in range(args.steps))
-    ds_tps = tokens / (time.perf_counter() - start)
-    start = time.perf_counter()
-    tokens = sum(plain_step(model, opt, bucketed, config) for _ in range(args.steps))
-    plain_tps = tokens / (time.perf_counter() - start)
+    # Steps alternate between the two sides, so a change in the machine's load
+    # (other processes on a shared machine) falls on both alike.
+    ds_s = plain_s = 0.0
+    ds_tokens = plain_tokens = 0
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        ds_tokens += engine.train_step(bucketed).tokens
+        ds_s += time.perf_counter() - start
+        start = time.perf_counter()
+        plain_tokens += plain_step(model, opt, bucketed, config)
+        plain_s += time.perf_counter() - start
+    ds_tps, plain_tps = ds_tokens / ds_s, plain_tokens / plain_s
     result = {
         "device": args.device,
         "cores": os.cpu_count(),
         "samples": args.samples,
         "micro_batch": args.micro_batch,
         "steps": args.steps,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "model": tiny,
         "deepspeed_tokens_per_s": round(ds_tps, 1),
         "plain_torch_tokens_per_s": round(plain_tps, 1),
