@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system model demo test test-unit test-kafka soak lint format bench kafka-jars clean
+.PHONY: setup system model demo demo-recorded learn test test-unit test-kafka soak lint format bench kafka-jars clean
 
 setup: $(STAMP)
 
@@ -28,8 +28,18 @@ kafka-jars: setup system
 model: setup
 	$(BIN)/turnstream models fetch smollm2-135m-instruct
 
+# The live learning loop, shortened: the real model served, users, judge, trainer, pushes.
 demo: setup kafka-jars model
 	$(BIN)/turnstream demo
+
+# The recorded example sessions through broker, worker and a tiny trainer (no model served).
+demo-recorded: setup kafka-jars
+	$(BIN)/turnstream demo --recorded
+
+# The full learning run with its control and evaluation (a benchmark: learn.json and learn.png
+# in .turnstream/learn; benchmarks/results/learn.json is one such run).
+learn: setup kafka-jars model
+	$(BIN)/turnstream learn
 
 test: setup kafka-jars model
 	$(BIN)/pytest
@@ -52,7 +62,7 @@ format: setup
 	$(BIN)/ruff format pipeline tests benchmarks examples
 	$(BIN)/ruff check --fix pipeline tests benchmarks examples
 
-bench: setup kafka-jars
+bench: setup kafka-jars model
 	$(BIN)/python benchmarks/produce.py
 	$(BIN)/python benchmarks/votes.py
 	$(BIN)/python benchmarks/trainer.py
@@ -62,6 +72,7 @@ bench: setup kafka-jars
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/scaleout.py
 	$(BIN)/python benchmarks/serve_push.py
+	$(BIN)/turnstream learn
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -30,6 +29,7 @@ from pipeline.broker.clients import consumer_config
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
+from pipeline.processes import spawn_cli, stop_process, tail
 from pipeline.produce import TurnProducer, produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
@@ -71,26 +71,8 @@ def _child_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGTERM if the demo dies without cleaning up (kill -9)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A child in its own process group (Ctrl-C reaches the demo only; it stops the child)."""
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", *args],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+    return spawn_cli(args, env, log)
 
 
 def start_worker(settings: Settings, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -121,17 +103,6 @@ def start_trainer(settings: Settings, workdir: Path) -> tuple[subprocess.Popen[b
         ["train", "--config", str(config_path)], _child_env(settings), workdir / "trainer.log"
     )
     return proc, metrics
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
@@ -337,12 +308,12 @@ def _follow(
             if worker.poll() is not None:
                 raise TurnstreamError(
                     f"the scoring worker exited with {worker.returncode}:\n"
-                    + _tail(workdir / "worker.log")
+                    + tail(workdir / "worker.log")
                 )
             code = trainer.poll()
             if code is not None and not (draining and code == 0):
                 raise TurnstreamError(
-                    f"the trainer exited with {code}:\n" + _tail(workdir / "trainer.log")
+                    f"the trainer exited with {code}:\n" + tail(workdir / "trainer.log")
                 )
             if draining and code == 0:
                 watch.poll()
@@ -378,10 +349,6 @@ def _handles_usr1(pid: int, waited_s: float) -> bool:
         if line.startswith("SigCgt:"):
             return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
     return waited_s > 30
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
 
 
 def _stop_broker(local: LocalKafka, console: Console) -> None:

@@ -13,6 +13,7 @@ from rich.text import Text
 from pipeline.cli import (
     demo,
     kafka,
+    learn,
     models,
     produce,
     proxy,
@@ -51,6 +52,7 @@ app.add_typer(replay.offsets_app, name="offsets")
 app.add_typer(rewards.reward_app, name="reward")
 app.add_typer(rewards.judge_app, name="judge")
 app.command("demo")(demo.demo)
+app.command("learn")(learn.learn)
 
 
 def _take_local_rank(argv: list[str]) -> list[str]:

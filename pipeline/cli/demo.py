@@ -16,29 +16,42 @@ console = Console(soft_wrap=True)
 
 
 def demo(
+    recorded: bool = typer.Option(
+        False,
+        "--recorded",
+        help="replay recorded sessions through a tiny random policy instead of the live loop",
+    ),
     sessions: Path = typer.Option(
-        None, help="input events to send (default: the shipped example sessions)"
+        None, help="--recorded: input events to send (default: the shipped example sessions)"
     ),
     keep_broker: bool = typer.Option(
         False, "--keep-broker", help="leave the local broker running afterwards"
     ),
     workdir: Path = typer.Option(Path(".turnstream/demo"), help="logs, state and the chart"),
-    timeout: float = typer.Option(600.0, help="seconds to wait for scoring and training"),
+    timeout: float = typer.Option(600.0, help="--recorded: seconds to wait for scoring/training"),
 ) -> None:
-    """Run the whole pipeline here: broker, topics, a scoring worker and a trainer,
-    the example sessions, live progress, then a summary table and a PNG chart.
+    """Run the whole pipeline here, live: the real SmolLM2-135M-Instruct served as the
+    policy, simulated users talking to it through the capture proxy, the rules judge,
+    the trainer pushing each new version back to the server; live progress, then the
+    held-out preference rate before and after, a summary table and a PNG chart
+    (`turnstream learn`, shortened).
+
+    --recorded sends the shipped example sessions through a scoring worker and a
+    trainer of a tiny random model instead (no policy is served); its judge is the
+    SGLang or OpenAI-compatible URL in TURNSTREAM_SCORING_JUDGE_URLS if one is set,
+    else the rules judge (a deterministic heuristic).
 
     The broker is the local one (started if not running) unless
-    KAFKA_BOOTSTRAP_SERVERS is set. The judge is the SGLang or OpenAI-compatible
-    URL in TURNSTREAM_SCORING_JUDGE_URLS if one is set, else the rules judge (a
-    deterministic heuristic). The policy is a tiny random model trained on CPU.
-    Ctrl-C stops everything the demo started.
+    KAFKA_BOOTSTRAP_SERVERS is set. Ctrl-C stops everything the demo started.
     """
 
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    if not recorded:
+        _live(workdir)
+        return
     settings = load_settings()
     sessions = sessions or shipped_file("examples/sessions.jsonl", "sessions.jsonl")
     try:
@@ -49,6 +62,13 @@ def demo(
     console.print(summary_table(report))
     if report.chart:
         console.print(f"chart: {report.chart}")
+
+
+def _live(workdir: Path) -> None:
+    from pipeline.cli.learn import run_and_report
+    from pipeline.learn.options import demo_options
+
+    run_and_report(demo_options(workdir), "demo")
 
 
 def summary_table(report: DemoReport) -> Table:

@@ -121,6 +121,7 @@ class Captured:
     prompt_ids: list[int] | None = None
     finish_reason: str | None = None
     reasoning_content: str | None = None  # a thinking model's, trained where rendered
+    weight_version: str | None = None  # what the upstream says served it (X-Weight-Version)
 
     @property
     def empty(self) -> bool:
@@ -252,6 +253,15 @@ class StreamAssembler:
             prompt_ids=self._prompt_ids,
             finish_reason=self.finish_reason,
         )
+
+
+def stamped_version(weight_version: str | None, announced: int | None) -> int | None:
+    """The policy version a turn carries: the one the upstream says served it, when it names
+    a trainer version (an integer, as the embedded server reports the trainer's ``v000012``
+    pushes), else the newest one announced on policy.versions."""
+    if weight_version is not None and weight_version.strip().isdigit():
+        return int(weight_version)
+    return announced
 
 
 def build_turn(

@@ -33,6 +33,7 @@ from pipeline.proxy.capture import (
     build_turn,
     from_completion,
     request_meta,
+    stamped_version,
     upstream_body,
 )
 from pipeline.proxy.sessions import SessionCounters
@@ -42,6 +43,7 @@ from pipeline.settings import ProxySettings, Settings
 log = logging.getLogger(__name__)
 
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "content-encoding"}
+WEIGHT_VERSION_HEADER = "X-Weight-Version"  # the SGLang-protocol server's served version
 
 
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -196,6 +198,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 payload = await up.read()
                 response = web.Response(status=200, body=payload, headers=_passthrough_headers(up))
                 captured = _parse_completion(payload)
+            if captured is not None:
+                captured.weight_version = up.headers.get(WEIGHT_VERSION_HEADER)
     except (TimeoutError, aiohttp.ClientError) as exc:
         metrics.REQUESTS.labels("upstream_unreachable", str(stream).lower()).inc()
         return openai_error(
@@ -285,7 +289,8 @@ def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured
     else:
         index = state.counters.take(meta.session_id)
         try:
-            turn = build_turn(meta, index, body, captured, state.versions.current, now)
+            version = stamped_version(captured.weight_version, state.versions.current)
+            turn = build_turn(meta, index, body, captured, version, now)
         except EventDecodeError as exc:
             _not_recorded(state, "invalid_turn")
             raw = orjson.dumps({"request": body, "response": captured.__dict__})

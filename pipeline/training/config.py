@@ -91,6 +91,11 @@ class TrainerConfig:
     zero_stage: int = opt(1, "ZeRO stage 0-3")
     bf16: bool = opt(False, "bf16 weights and compute (GPU); fp32 on CPU")
     gradient_checkpointing: bool = opt(False, "recompute activations in backward")
+    train_top_layers: int | None = opt(
+        None,
+        "train only the top N decoder layers and the final norm; the embeddings, the output "
+        "head and the layers below stay frozen (steps cost far less on CPU); unset: all",
+    )
     offload_optimizer: bool = opt(False, "ZeRO optimizer state offload to CPU")
     # Kafka, checkpoints, weight push
     group_id: str = opt("turnstream-trainer", "consumer group on samples.scored")
@@ -131,6 +136,8 @@ class TrainerConfig:
             raise ValueError("topk_distill_coef needs a teacher: use mode opd or combine")
         if self.tis_clip < 1.0:
             raise ValueError(f"tis_clip must be >= 1, got {self.tis_clip}")
+        if self.train_top_layers is not None and self.train_top_layers < 1:
+            raise ValueError(f"train_top_layers must be >= 1, got {self.train_top_layers}")
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from pipeline.broker.local import free_port_pair
+from pipeline.errors import ConfigError
 from pipeline.training import losses
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
@@ -61,9 +62,30 @@ def build_model(config: TrainerConfig, vocab_size: int) -> torch.nn.Module:
             **sizes,
         )
         model = AutoModelForCausalLM.from_config(tiny, dtype=dtype)
+    if config.train_top_layers is not None:
+        freeze_below_top(model, config.train_top_layers)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model
+
+
+def freeze_below_top(model: torch.nn.Module, top: int) -> None:
+    """Leave only the top ``top`` decoder layers and the final norm trainable."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ConfigError(
+            f"train_top_layers: {type(model).__name__} has no model.layers to choose from; "
+            "unset train_top_layers to train every parameter"
+        )
+    if top > len(layers):
+        raise ConfigError(f"train_top_layers is {top} but the model has {len(layers)} layers")
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - top :]:
+        layer.requires_grad_(True)
+    norm = getattr(inner, "norm", None)
+    if isinstance(norm, torch.nn.Module):
+        norm.requires_grad_(True)
 
 
 def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:

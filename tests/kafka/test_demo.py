@@ -23,7 +23,9 @@ EXAMPLES = REPO / "examples" / "sessions.jsonl"
 def test_demo_runs_the_pipeline_through_scoring(
     settings: Settings, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    result = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600)
+    result = turnstream(
+        "demo", "--recorded", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert f"using the cluster at {settings.bootstrap_servers}" in out
@@ -55,7 +57,9 @@ def test_demo_runs_the_pipeline_through_scoring(
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
     assert (width, height) == (1300, 380)
     assert _leftovers(tmp_path / "demo") == []
-    again = turnstream("demo", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600)
+    again = turnstream(
+        "demo", "--recorded", "--workdir", str(tmp_path / "demo"), env=cli_env, timeout=600
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert "topics: already match topics.yaml" in again.stdout
     assert _counts(again.stdout, "chat.turns") == (310, 620)
@@ -85,7 +89,7 @@ def test_stopping_the_demo_stops_everything_it_started(
     }
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "demo", "--workdir", str(workdir)],
+            [sys.executable, "-m", "pipeline.cli", "demo", "--recorded", "--workdir", str(workdir)],
             env={**cli_env, **judge, "PYTHONPATH": os.getcwd()},
             stdout=out,
             stderr=subprocess.STDOUT,

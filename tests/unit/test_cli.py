@@ -13,7 +13,7 @@ runner = CliRunner()
 def test_help_lists_every_command() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("kafka", "topics", "produce", "worker", "retry", "schema", "demo"):
+    for command in ("kafka", "topics", "produce", "worker", "retry", "schema", "demo", "learn"):
         assert command in result.output
 
 

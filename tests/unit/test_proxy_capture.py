@@ -15,6 +15,7 @@ from pipeline.proxy.capture import (
     build_turn,
     from_completion,
     request_meta,
+    stamped_version,
     upstream_body,
 )
 from pipeline.proxy.sessions import SessionCounters
@@ -227,3 +228,10 @@ def test_reasoning_content_is_captured_for_training() -> None:
     assert (got.reasoning_content, got.content) == ("6 x 7", "42")
     turn = build_turn(request_meta({}, BODY, "main"), 0, BODY, got, None, 1.0)
     assert turn.response.reasoning_content == "6 x 7"
+
+
+def test_a_turn_carries_the_version_the_upstream_says_served_it() -> None:
+    assert stamped_version("3", announced=2) == 3  # pushed, announced later: the server knows
+    assert stamped_version(None, announced=2) == 2  # an upstream that does not say
+    assert stamped_version("default", announced=None) is None  # SGLang's unversioned weights
+    assert stamped_version("1,2", announced=2) == 2  # several choices across a push

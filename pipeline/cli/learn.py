@@ -1,0 +1,118 @@
+"""`turnstream learn`: the live learning loop with the real model, measured."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.learn.options import LearnOptions
+from pipeline.learn.report import LearnReport, eval_gain
+from pipeline.settings import load_settings
+
+console = Console(soft_wrap=True)
+DEFAULTS = LearnOptions()
+
+
+def learn(
+    model: str = typer.Option(DEFAULTS.model, help="policy: a model name or a HF directory"),
+    users: int = typer.Option(DEFAULTS.users, help="simulated users talking at once"),
+    steps: int = typer.Option(DEFAULTS.steps, help="trainer steps (one weight push each)"),
+    batch_size: int = typer.Option(DEFAULTS.batch_size, help="samples per trainer step"),
+    lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
+    max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
+    max_words: int = typer.Option(
+        DEFAULTS.max_words, help="the users' preference: at most N words"
+    ),
+    temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
+    eval_samples: int = typer.Option(DEFAULTS.eval_samples, help="answers per held-out prompt"),
+    eval_prompts: int = typer.Option(None, help="evaluate only the first N held-out prompts"),
+    control: bool = typer.Option(True, help="also run the loop with learning off (the control)"),
+    control_sessions: int = typer.Option(
+        DEFAULTS.control_sessions,
+        help="user sessions of the control (0: as many as the learning phase had)",
+    ),
+    train_top_layers: int = typer.Option(
+        DEFAULTS.train_top_layers, help="train the top N decoder layers (0: every parameter)"
+    ),
+    micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
+    max_ahead: int = typer.Option(
+        DEFAULTS.max_ahead, help="users pause while this many samples wait for the trainer"
+    ),
+    judge: str = typer.Option(
+        None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
+    ),
+    prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
+    workdir: Path = typer.Option(DEFAULTS.workdir, help="logs, state, learn.json and learn.png"),
+    seed: int = typer.Option(DEFAULTS.seed, help="the users' choices of prompts"),
+    timeout: float = typer.Option(DEFAULTS.timeout_s, help="give up after this many seconds"),
+) -> None:
+    """Close the learning loop here, with the real model, and measure it.
+
+    Starts what is not running (the local broker unless KAFKA_BOOTSTRAP_SERVERS is
+    set), then the policy server, the capture proxy, a scoring worker and the
+    trainer, and a population of simulated users who prefer short answers. It
+    evaluates the held-out prompts before and after, runs the control (learning
+    off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
+    everything it started.
+    """
+    options = LearnOptions(
+        model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
+        max_tokens=max_tokens, max_words=max_words, temperature=temperature,
+        eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
+        control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
+        train_top_layers=train_top_layers or None,
+        max_ahead=max_ahead, judge=judge, prompts=prompts,
+        workdir=workdir, seed=seed, timeout_s=timeout,
+    )  # fmt: skip
+    run_and_report(options, "run")
+
+
+def run_and_report(options: LearnOptions, what: str) -> None:
+    """Run the loop, print its summary; SIGTERM and Ctrl-C stop everything it started."""
+    from pipeline.learn.run import run_learn
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        report = run_learn(load_settings(), options, console)
+    except KeyboardInterrupt:
+        console.print(f"\ninterrupted: stopped everything this {what} started")
+        raise typer.Exit(130) from None
+    console.print(summary_table(report))
+    workdir = options.workdir
+    console.print(f"report: {workdir / 'learn.json'}\nchart: {workdir / 'learn.png'}")
+
+
+def summary_table(report: LearnReport) -> Table:
+    table = Table(title=f"learn: {report.preference}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for label in ("before", "after", "control"):
+        e = report.evaluation.get(label)
+        if e:
+            table.add_row(f"held-out rate {label}", f"{e['rate']:.3f} (n={e['n']})")
+    gain = eval_gain(report.evaluation)
+    if gain is not None:
+        table.add_row("final - control", f"{gain:+.3f} (goal +0.30)")
+    a = report.alignment
+    if a.get("tokens"):
+        table.add_row(
+            "log-prob |server - trainer| mean / max",
+            f"{a['mean_abs_diff']:.2e} / {a['max_abs_diff']:.2e} over {a['tokens']} tokens",
+        )
+    f = report.freshness
+    if f.get("samples"):
+        table.add_row("freshness p50 / p95", f"{f['p50_s']}s / {f['p95_s']}s")
+        table.add_row("staleness mean / max", f"{f['staleness_mean']} / {f['staleness_max']}")
+    table.add_row("pushes", str(len(report.pushes)))
+    table.add_row("samples trained", str(report.training.get("samples_trained", 0)))
+    table.add_row("wall time", f"{report.wall_time_s:.0f}s")
+    return table

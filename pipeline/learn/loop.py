@@ -1,0 +1,137 @@
+"""The user population in a background thread, and the live loop that follows a run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from pipeline.errors import TurnstreamError
+from pipeline.learn.monitor import Monitor
+from pipeline.learn.report import per_version
+from pipeline.learn.stack import Proc
+from pipeline.learn.users import Population, ServedTurn
+from pipeline.learn.view import Snapshot, live_table
+from pipeline.processes import tail
+
+
+class Users:
+    """A population talking from its own thread (its own event loop) until ``stop``."""
+
+    def __init__(self, population: Population) -> None:
+        self.population = population
+        self.started = time.monotonic()
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=self._main, name="users", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=30)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._talk())
+        except asyncio.CancelledError:
+            pass  # stopped
+        except BaseException as exc:  # shown by the live loop, which stops the run
+            self.error = exc
+
+    async def _talk(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.ensure_future(self.population.run())
+        self._ready.set()
+        await self._task
+
+    @property
+    def turns(self) -> list[ServedTurn]:
+        return list(self.population.turns)
+
+    def rate(self) -> float:
+        return len(self.population.turns) / max(time.monotonic() - self.started, 1e-9)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Users leave now: sessions in flight are abandoned (their turns are not recorded)."""
+        self.population.stopping = True
+        if self._loop is not None and self._task is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=timeout_s)
+
+
+@dataclass
+class Watched:
+    """Child processes that must stay up while the loop runs: name -> (process, log)."""
+
+    children: dict[str, tuple[Proc, Path]] = field(default_factory=dict)
+
+    def check(self) -> None:
+        for name, (proc, log) in self.children.items():
+            if proc.poll() is not None:
+                raise TurnstreamError(f"the {name} exited with {proc.returncode}:\n{tail(log)}")
+
+
+def waiting_samples(turns: list[ServedTurn], monitor: Monitor) -> int:
+    """Samples the users produced that the trainer has not trained yet (replied, not trained)."""
+    replied = sum(1 for t in turns if t.replied_at is not None)
+    excluded = sum(1 for s in monitor.scored.values() if not s.included)
+    return max(0, replied - excluded - len(monitor.trained))
+
+
+def snapshot(
+    phase: str, users: Users, monitor: Monitor, started: float, max_steps: int
+) -> Snapshot:
+    turns = users.turns
+    ids = {f"{t.session_id}:0" for t in turns}
+    scored = [s for s in monitor.scored.values() if s.sample_id in ids]
+    return Snapshot(
+        phase=phase,
+        elapsed_s=time.monotonic() - started,
+        served_version=max((t.version for t in turns[-16:] if t.version is not None), default=0),
+        turns=len(turns),
+        turns_per_s=users.rate(),
+        paused=users.population.paused,
+        failures=users.population.failures,
+        steps=len(monitor.steps),
+        max_steps=max_steps,
+        samples_trained=len(monitor.trained),
+        waiting=waiting_samples(turns, monitor),
+        last_push_ts=monitor.pushes[-1].ts if monitor.pushes else None,
+        versions=per_version(turns, scored),
+    )
+
+
+def follow(
+    phase: str,
+    users: Users,
+    monitor: Monitor,
+    watched: Watched,
+    done: Callable[[], bool],
+    console: Console,
+    started: float,
+    max_steps: int,
+    max_ahead: int | None,
+    deadline: float,
+) -> None:
+    """Live view until ``done()``; users pause while ``max_ahead`` samples wait for training."""
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while True:
+            monitor.poll()
+            watched.check()
+            if users.error is not None:
+                raise TurnstreamError(f"the simulated users stopped: {users.error!r}")
+            if max_ahead is not None:
+                users.population.paused = waiting_samples(users.turns, monitor) >= max_ahead
+            live.update(live_table(snapshot(phase, users, monitor, started, max_steps)))
+            if done():
+                return
+            if time.monotonic() > deadline:
+                raise TurnstreamError(f"the run did not finish {phase} in time")
+            time.sleep(0.5)

@@ -1,0 +1,102 @@
+"""What a live run has done so far, read from where each stage records it.
+
+Samples and their scores from samples.scored, pushed versions from
+policy.versions, training steps from the trainer's metrics log and which step
+trained which sample from its ledger log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+from pipeline.broker.clients import consumer_config
+from pipeline.events import Sample, decode_as
+from pipeline.learn.freshness import Push
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class ScoredTurn:
+    sample_id: str
+    score: float
+    included: bool
+    policy_version: int | None
+
+
+class _Lines:
+    """Complete lines appended to a file since the last read (a writer may be mid-line)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new(self) -> list[bytes]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [line for line in complete.splitlines() if line.strip()]
+
+
+@dataclass
+class Monitor:
+    """Follows the run's topics and the trainer's files; ``poll`` reads what is new."""
+
+    settings: Settings
+    metrics_path: Path
+    ledger_path: Path
+    scored: dict[str, ScoredTurn] = field(default_factory=dict)
+    pushes: list[Push] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    trained: dict[str, int] = field(default_factory=dict)  # sample_id -> step
+
+    def __post_init__(self) -> None:
+        topics = self.settings.topics
+        self._consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))
+        tps = [
+            TopicPartition(name, p)
+            for name in (topics.samples_scored.name, topics.policy_versions.name)
+            for p in self._consumer.partitions_for_topic(name) or []
+        ]
+        self._consumer.assign(tps)
+        self._consumer.seek_to_beginning(*tps)
+        self._versions_topic = topics.policy_versions.name
+        self._metrics = _Lines(self.metrics_path)
+        self._ledger = _Lines(self.ledger_path)
+
+    def poll(self) -> None:
+        for tp, records in self._consumer.poll(timeout_ms=200).items():
+            for record in records:
+                if tp.topic == self._versions_topic:
+                    self._push(record.value)
+                else:
+                    self._sample(record.value)
+        self.steps += [orjson.loads(line) for line in self._metrics.new()]
+        for line in self._ledger.new():
+            step, sample_id = line.decode().split("\t", 1)
+            self.trained[sample_id] = int(step)
+
+    def _push(self, value: bytes) -> None:
+        row = orjson.loads(value)
+        self.pushes.append(Push(int(row["version"]), int(row["step"]), float(row["ts"])))
+
+    def _sample(self, value: bytes) -> None:
+        sample = decode_as(Sample, value)
+        self.scored[sample.sample_id] = ScoredTurn(
+            sample.sample_id, sample.score, sample.loss_mask == 1, sample.policy_version
+        )
+
+    @property
+    def version(self) -> int:
+        return max((p.version for p in self.pushes), default=0)
+
+    def close(self) -> None:
+        self._consumer.close()

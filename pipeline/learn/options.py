@@ -1,0 +1,70 @@
+"""The options of a live run, with the settings that make a 135M model learn on 2 CPU cores."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.learn.preference import Brevity
+from pipeline.learn.users import Sampling
+
+
+@dataclass(frozen=True)
+class LearnOptions:
+    model: str = "smollm2-135m-instruct"  # a catalogued name or a HF checkpoint directory
+    prompts: Path | None = None  # default: the shipped examples/prompts.jsonl
+    workdir: Path = Path(".turnstream/learn")
+    users: int = 8
+    temperature: float = 1.0
+    max_tokens: int = 24
+    max_words: int = 15
+    steps: int = 16  # trainer optimizer steps (one weight push each)
+    batch_size: int = 8
+    micro_batch_size: int = 8
+    lr: float = 2e-4
+    train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
+    max_ahead: int = 8  # users pause while this many samples wait for the trainer
+    eval_samples: int = 1  # answers per held-out prompt in each evaluation
+    eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
+    control: bool = True  # the same loop with learning off, then its evaluation
+    control_sessions: int | None = 64  # user sessions of the control (None: as many as learning)
+    judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
+    seed: int = 0
+    server_threads: int | None = None
+    timeout_s: float = 1800.0
+    trainer_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.max_tokens)
+
+    @property
+    def preference(self) -> Brevity:
+        return Brevity(self.max_words)
+
+    def trainer_options(self) -> dict[str, Any]:
+        """The trainer's config: fresh-weights RL steps, each pushed to the server."""
+        return {
+            "rollout_batch_size": self.batch_size,
+            "micro_batch_size": self.micro_batch_size,
+            "lr": self.lr,
+            "weight_decay": 0.0,
+            "max_steps": self.steps,
+            "update_weights_interval": 1,
+            "max_seq_len": 512,
+            "train_top_layers": self.train_top_layers,
+            "seed": self.seed,
+            **self.trainer_extra,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
+
+
+def demo_options(workdir: Path) -> LearnOptions:
+    """`turnstream demo`: the live loop, shortened: the same learning, evaluated on 32
+    held-out prompts, no control run (`turnstream learn` is the full, measured run)."""
+    return dataclasses.replace(LearnOptions(), workdir=workdir, eval_prompts=32, control=False)

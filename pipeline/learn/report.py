@@ -1,0 +1,151 @@
+"""The run's figures: per-version reward and length, and the JSON and PNG they are written to."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pipeline.learn.monitor import ScoredTurn
+from pipeline.learn.users import ServedTurn
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    """What users saw from one policy version, and how the judge scored it."""
+
+    version: int
+    turns: int
+    met_rate: float
+    mean_words: float
+    scored: int  # samples the judge scored +1 or -1
+    reward_mean: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "turns": self.turns,
+            "met_rate": round(self.met_rate, 4),
+            "mean_words": round(self.mean_words, 2),
+            "scored": self.scored,
+            "reward_mean": None if self.reward_mean is None else round(self.reward_mean, 4),
+        }
+
+
+def per_version(turns: Iterable[ServedTurn], scored: Iterable[ScoredTurn]) -> list[VersionStats]:
+    """One row per policy version that served a turn, oldest first."""
+    served: dict[int, list[ServedTurn]] = defaultdict(list)
+    for turn in turns:
+        if turn.version is not None:
+            served[turn.version].append(turn)
+    rewards: dict[int, list[float]] = defaultdict(list)
+    for sample in scored:
+        if sample.included and sample.policy_version is not None:
+            rewards[sample.policy_version].append(sample.score)
+    rows = []
+    for version in sorted(served):
+        these = served[version]
+        got = rewards.get(version, [])
+        rows.append(
+            VersionStats(
+                version,
+                len(these),
+                sum(t.met for t in these) / len(these),
+                sum(t.words for t in these) / len(these),
+                len(got),
+                sum(got) / len(got) if got else None,
+            )
+        )
+    return rows
+
+
+@dataclass
+class LearnReport:
+    """Everything `turnstream learn` measured; ``to_json`` is learn.json."""
+
+    options: dict[str, Any]
+    preference: str
+    topic_prefix: str = ""
+    versions: list[VersionStats] = field(default_factory=list)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    alignment: dict[str, Any] = field(default_factory=dict)
+    freshness: dict[str, Any] = field(default_factory=dict)
+    pushes: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    users: dict[str, Any] = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "options": self.options,
+            "preference": self.preference,
+            "topic_prefix": self.topic_prefix,
+            "per_version": [v.to_json() for v in self.versions],
+            "eval": self.evaluation,
+            "alignment": self.alignment,
+            "freshness": self.freshness,
+            "pushes": self.pushes,
+            "training": self.training,
+            "users": self.users,
+            "phases_s": {k: round(v, 1) for k, v in self.phases_s.items()},
+            "wall_time_s": round(self.wall_time_s, 1),
+        }
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+        return path
+
+
+def write_turns(turns: Iterable[ServedTurn], path: Path) -> Path:
+    """One JSON line per answer users got: session, version, length, verdict, times."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(asdict(t)) + b"\n" for t in turns))
+    return path
+
+
+def eval_gain(evaluation: dict[str, Any]) -> float | None:
+    """final - control preference rate (the run's goal is >= +0.30), when both were measured."""
+    after, control = evaluation.get("after"), evaluation.get("control")
+    if not after or not control:
+        return None
+    return round(float(after["rate"]) - float(control["rate"]), 4)
+
+
+def write_chart(report: LearnReport, path: Path) -> Path:
+    """Reward and response length per policy version, and the evaluation rates, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (reward_ax, length_ax, eval_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    versions = [v.version for v in report.versions]
+    rewards = [v.reward_mean for v in report.versions]
+    reward_ax.plot(
+        [v for v, r in zip(versions, rewards, strict=True) if r is not None],
+        [r for r in rewards if r is not None],
+        marker="o",
+    )
+    reward_ax.set(
+        title="reward mean per policy version", xlabel="policy version", ylim=(-1.05, 1.05)
+    )
+    length_ax.plot(versions, [v.mean_words for v in report.versions], marker="o", color="tab:red")
+    length_ax.set(title="mean response length", xlabel="policy version", ylabel="words")
+    labels = [k for k in ("before", "after", "control") if report.evaluation.get(k)]
+    rates = [report.evaluation[k]["rate"] for k in labels]
+    eval_ax.bar(labels, rates, color=["tab:gray", "tab:green", "tab:orange"][: len(labels)])
+    for i, rate in enumerate(rates):
+        eval_ax.text(i, rate + 0.02, f"{rate:.2f}", ha="center")
+    eval_ax.set(title="held-out preference rate", ylabel="rate", ylim=(0, 1.05))
+    fig.suptitle(f"turnstream learn: {report.preference}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,244 @@
+"""`turnstream learn`, phase by phase: start the stack, evaluate, learn live, evaluate,
+control, report. Everything it started is stopped on the way out, normally or on Ctrl-C."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+
+from pipeline.broker.local import LocalKafka
+from pipeline.errors import TurnstreamError
+from pipeline.learn import alignment, freshness
+from pipeline.learn.evaluate import EvalResult, evaluate
+from pipeline.learn.loop import Users, Watched, follow
+from pipeline.learn.monitor import Monitor
+from pipeline.learn.options import LearnOptions
+from pipeline.learn.prompts import default_prompts, load_prompts, split
+from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
+from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
+from pipeline.learn.users import Population, ServedTurn
+from pipeline.models.fetch import resolve_model
+from pipeline.processes import stop_process, tail
+from pipeline.settings import Settings
+from pipeline.topics import admin
+
+
+def run_learn(settings: Settings, options: LearnOptions, console: Console) -> LearnReport:
+    """The whole run; returns its report (also written to ``workdir``/learn.json and .png)."""
+    with ExitStack() as cleanup:
+        run = LearnRun(settings, options, console, cleanup)
+        run.start()
+        run.evaluate("before")
+        turns = run.learn()
+        run.evaluate("after")
+        run.measure(turns)
+        if options.control:
+            run.control(options.control_sessions or len(turns))
+    return run.finish()
+
+
+class LearnRun:
+    """One run's processes, monitor and report; each method is a phase."""
+
+    def __init__(
+        self, settings: Settings, options: LearnOptions, console: Console, cleanup: ExitStack
+    ) -> None:
+        self.started = time.monotonic()
+        self.run_id = uuid.uuid4().hex[:8]
+        prefix = f"{settings.topic_prefix}learn{self.run_id}."
+        self.settings = settings.model_copy(update={"topic_prefix": prefix})
+        self.options, self.console, self.cleanup = options, console, cleanup
+        self.workdir = options.workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.report = LearnReport(options.to_json(), options.preference.describe())
+        self.report.topic_prefix = prefix
+        prompts = load_prompts(options.prompts or default_prompts())
+        self.train = split(prompts, "train")
+        self.heldout = split(prompts, "heldout")[: options.eval_prompts]
+        self.model = resolve_model(options.model, settings.models, log=console.print)
+        self._mark = time.monotonic()
+
+    def _phase(self, name: str) -> None:
+        """Record the time since the last phase ended as ``name``'s."""
+        now = time.monotonic()
+        self.report.phases_s[name] = now - self._mark
+        self._mark = now
+
+    def _keep(self, proc: Proc) -> Proc:
+        self.cleanup.callback(stop_process, proc)
+        return proc
+
+    def start(self) -> None:
+        """Broker, topics, policy server, judge, proxy, worker, trainer; then the monitor."""
+        s, o, w = self.settings, self.options, self.workdir
+        _broker(s, self.cleanup, self.console)
+        admin.apply(s)
+        self.server = start_server(s, self.model, w, "policy", o.server_threads)
+        self._keep(self.server.proc)
+        judge = self._judge()
+        self.proxy = start_proxy(s, self.server.url, w)
+        self._keep(self.proxy.proc)
+        worker = self._keep(start_worker(s, w, judge))
+        trainer, files = start_trainer(s, self.model, self.server.url, w, o.trainer_options())
+        self.trainer, self.trainer_log = self._keep(trainer), files.log
+        self.monitor = Monitor(s, files.metrics, files.ledger)
+        self.cleanup.callback(self.monitor.close)
+        self.watched = Watched(
+            {
+                "policy server": (self.server.proc, w / "policy.log"),
+                "capture proxy": (self.proxy.proc, w / "proxy.log"),
+                "scoring worker": (worker, w / "worker.log"),
+            }
+        )
+        self.console.print(
+            f"policy {self.model} served at {self.server.url}; capture proxy at "
+            f"{self.proxy.url}; judge: {judge.url if judge else 'rules'}; topics "
+            f"{s.topic_prefix}*; "
+            f"logs in {w}"
+        )
+        self._phase("start")
+
+    def _judge(self) -> Judge | None:
+        """None for the rules judge; else an LLM judge: ``embedded`` is a server of the
+        initial weights of its own (the judge does not change as the policy learns), any
+        other value the base URL of an OpenAI-compatible judge (SGLang serves one)."""
+        judge = self.options.judge
+        if judge is None or judge == "rules":
+            return None
+        if judge != "embedded":
+            return Judge(judge.rstrip("/").removesuffix("/v1"))
+        served = start_server(self.settings, self.model, self.workdir, "judge", None)
+        self._keep(served.proc)
+        return Judge(served.url, self.model)
+
+    def evaluate(self, label: str) -> EvalResult:
+        o = self.options
+        result = evaluate(
+            label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples
+        )
+        self.report.evaluation[label] = result.to_json()
+        self.console.print(
+            f"held-out preference rate ({label}): {result.rate:.3f} of n={result.n}, "
+            f"{result.mean_words:.1f} words on average, versions {result.versions}"
+        )
+        self._phase(f"eval_{label}")
+        return result
+
+    def _population(self, run_id: str, seed: int) -> Population:
+        o = self.options
+        return Population(
+            self.proxy.url, self.train, o.preference, o.sampling, o.users, run_id, seed
+        )
+
+    def learn(self) -> list[ServedTurn]:
+        """Users talk while the trainer learns; until its last step's weights are pushed."""
+        users = Users(self._population(self.run_id, self.options.seed))
+        try:
+            self._follow("learning", users, self._trainer_done, self.options.max_ahead)
+        finally:
+            users.stop()
+        self._phase("learn")
+        write_turns(users.turns, self.workdir / "turns.jsonl")
+        return users.turns
+
+    def _trainer_done(self) -> bool:
+        code = self.trainer.poll()
+        if code is not None and code != 0:
+            raise TurnstreamError(f"the trainer exited with {code}:\n{tail(self.trainer_log)}")
+        return code == 0
+
+    def _follow(
+        self, phase: str, users: Users, done: Callable[[], bool], max_ahead: int | None
+    ) -> None:
+        deadline = self.started + self.options.timeout_s
+        follow(phase, users, self.monitor, self.watched, done, self.console,
+               self.started, self.options.steps, max_ahead, deadline)  # fmt: skip
+
+    def measure(self, turns: list[ServedTurn]) -> None:
+        """Alignment, per-version figures, freshness, pushes and training totals."""
+        samples = alignment.read_samples(self.settings, 0, 8)
+        self.report.alignment = alignment.measure(samples, self.model)
+        self.monitor.poll()
+        m, r = self.monitor, self.report
+        ids = {freshness.sample_id(t) for t in turns}
+        r.versions = per_version(turns, [s for s in m.scored.values() if s.sample_id in ids])
+        r.freshness = freshness.measure(turns, m.trained, m.pushes).to_json()
+        first = m.pushes[0].ts if m.pushes else 0.0
+        r.pushes = [{"version": p.version, "step": p.step, "at_s": round(p.ts - first, 1)}
+                    for p in m.pushes]  # fmt: skip
+        r.training = _training(m.steps, len(m.trained))
+        r.users["learning"] = _users(turns, self.report.phases_s.get("learn", 0.0))
+        self._phase("measure")
+
+    def control(self, sessions: int) -> None:
+        """The same loop with learning off: the initial weights served again, no trainer,
+        ``sessions`` user sessions (their turns are captured and judged as before, and
+        nothing trains on them); then the same evaluation."""
+        _push(self.server.url, self.model, "0")
+        users = Users(self._population(f"{self.run_id}-control", self.options.seed + 1))
+        try:
+            self._follow("control (learning off)", users,
+                         lambda: len(users.turns) >= sessions, None)  # fmt: skip
+        finally:
+            users.stop()
+        self.report.users["control"] = _users(users.turns, time.monotonic() - self._mark)
+        write_turns(users.turns, self.workdir / "control-turns.jsonl")
+        self._phase("control_loop")
+        self.evaluate("control")
+
+    def finish(self) -> LearnReport:
+        self.report.wall_time_s = time.monotonic() - self.started
+        self.report.write(self.workdir / "learn.json")
+        write_chart(self.report, self.workdir / "learn.png")
+        return self.report
+
+
+def _training(steps: list[dict[str, object]], trained: int) -> dict[str, object]:
+    first = steps[0] if steps else {}
+    return {
+        "steps": len(steps),
+        "samples_trained": trained,
+        "first_step_rollout_logprob_abs_diff": first.get("train_rollout_logprob_abs_diff"),
+        "reward_mean_per_step": [row.get("reward_mean") for row in steps],
+        "loss_per_step": [row.get("loss") for row in steps],
+    }
+
+
+def _users(turns: list[ServedTurn], seconds: float) -> dict[str, object]:
+    return {
+        "sessions": len(turns),
+        "met_rate": round(sum(t.met for t in turns) / len(turns), 4) if turns else None,
+        "turns_per_s": round(len(turns) / seconds, 3) if seconds else None,
+    }
+
+
+def _push(url: str, model: Path, version: str) -> None:
+    """Have the server load ``model`` as ``version`` (SGLang's /update_weights_from_disk)."""
+    body = orjson.dumps({"model_path": str(model), "weight_version": version})
+    request = urllib.request.Request(
+        url + "/update_weights_from_disk", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:
+        answer = orjson.loads(response.read())
+    if not answer.get("success"):
+        raise TurnstreamError(f"{url} did not load the initial weights: {answer}")
+
+
+def _broker(settings: Settings, cleanup: ExitStack, console: Console) -> None:
+    """The local broker, started (and stopped afterwards) if it is not running."""
+    if not settings.uses_local_broker:
+        console.print(f"using the cluster at {settings.bootstrap_servers}")
+        return
+    local = LocalKafka(settings.local_kafka, log=console.print)
+    if local.pid() is not None:
+        console.print(f"using the running local broker at {settings.bootstrap_servers}")
+        return
+    local.start()
+    cleanup.callback(local.stop)

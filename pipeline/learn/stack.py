@@ -1,0 +1,137 @@
+"""The processes of a live run: policy server, capture proxy, scoring worker, trainer.
+
+Each is a `turnstream` child process with its log in the run's directory; the
+caller stops them (``pipeline.processes.stop_process``) on the way out.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.processes import spawn_cli, wait_http_ok
+from pipeline.settings import Settings
+
+Proc = subprocess.Popen[bytes]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The run's Kafka and topic names for every child, plus ``extra`` variables."""
+    return {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class Served:
+    proc: Proc
+    url: str
+
+
+def start_server(
+    settings: Settings, model: Path, workdir: Path, name: str, threads: int | None
+) -> Served:
+    """`turnstream serve` on ``model``; returns once it answers /health.
+
+    It reports log-probs before temperature scaling, as the trainer computes them.
+    """
+    port = free_port()
+    log = workdir / f"{name}.log"
+    args = ["serve", "--model", str(model), "--port", str(port), "--loglevel", "warning"]
+    if threads:
+        args += ["--threads", str(threads)]
+    env = child_env(settings, TURNSTREAM_SERVE_RETURN_ORIGINAL_LOGPROB="true")
+    proc = spawn_cli(args, env, log)
+    url = f"http://127.0.0.1:{port}"
+    wait_http_ok(url + "/health", proc, log, f"the {name} server")
+    return Served(proc, url)
+
+
+def start_proxy(settings: Settings, upstream: str, workdir: Path) -> Served:
+    """`turnstream proxy` in front of ``upstream``, asking it for token ids and log-probs."""
+    port = free_port()
+    log = workdir / "proxy.log"
+    args = ["proxy", "--upstream", upstream, "--port", str(port), "--loglevel", "warning"]
+    args += ["--data-dir", str(workdir / "proxy")]
+    env = child_env(settings, TURNSTREAM_PROXY_TOKEN_IDS="true", TURNSTREAM_PROXY_LOGPROBS="true")
+    proc = spawn_cli(args, env, log)
+    url = f"http://127.0.0.1:{port}"
+    wait_http_ok(url + "/healthz", proc, log, "the capture proxy")
+    return Served(proc, url)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """An LLM judge for the worker: its base URL, and the tokenizer whose chat template
+    renders SGLang /generate prompts (None: an OpenAI-compatible /v1/chat/completions)."""
+
+    url: str
+    tokenizer: Path | None = None
+
+
+def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc:
+    """A scoring worker: the rules judge, or the LLM judge ``judge``."""
+    args = ["worker", "--web-port", "0", "--data-dir", str(workdir / "worker")]
+    extra: dict[str, str] = {}
+    if judge is None:
+        args += ["--judge", "rules"]
+    elif judge.tokenizer is not None:  # the embedded server: SGLang's /generate, n votes at once
+        args += ["--judge", "sglang", "--judge-url", judge.url]
+        extra["TURNSTREAM_SCORING_JUDGE_TOKENIZER"] = str(judge.tokenizer)
+    else:
+        args += ["--judge", "openai", "--judge-url", judge.url]
+        extra["TURNSTREAM_SCORING_JUDGE_MODEL"] = "default"
+    env = child_env(settings, **extra)
+    return spawn_cli([*args, "--loglevel", "warn"], env, workdir / "worker.log")
+
+
+@dataclass(frozen=True)
+class TrainerFiles:
+    config: Path
+    metrics: Path
+    ledger: Path
+    log: Path
+
+
+def trainer_files(workdir: Path) -> TrainerFiles:
+    base = workdir / "trainer"
+    return TrainerFiles(
+        base / "trainer.yaml", base / "metrics.jsonl", base / "ledger.tsv", workdir / "trainer.log"
+    )
+
+
+def start_trainer(
+    settings: Settings, model: Path, policy_url: str, workdir: Path, options: dict[str, Any]
+) -> tuple[Proc, TrainerFiles]:
+    """`turnstream train` from ``model``'s weights, pushing every version to ``policy_url``."""
+    files = trainer_files(workdir)
+    files.config.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "mode": "rl",
+        "model_path": str(model),
+        "policy_urls": [policy_url],
+        "checkpoint_dir": str(files.config.parent / "ckpt"),
+        "weights_dir": str(files.config.parent / "weights"),
+        "metrics_jsonl": str(files.metrics),
+        "keep_checkpoints": 1,
+        "keep_weight_versions": 1,
+        **options,
+    }
+    files.config.write_text(yaml.safe_dump(config, sort_keys=False))
+    args = ["train", "--config", str(files.config), "--ledger", str(files.ledger)]
+    return spawn_cli(args, child_env(settings), files.log), files

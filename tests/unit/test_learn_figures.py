@@ -1,0 +1,99 @@
+"""Freshness, staleness, per-version figures, alignment bounds and the run's JSON and chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.learn import alignment
+from pipeline.learn.freshness import Push, first_version_with, measure, percentile, version_during
+from pipeline.learn.monitor import ScoredTurn
+from pipeline.learn.report import LearnReport, eval_gain, per_version, write_chart
+from pipeline.learn.users import ServedTurn
+
+PUSHES = [Push(1, 1, 100.0), Push(2, 2, 110.0), Push(3, 3, 120.0)]
+
+
+def turn(
+    session: str, version: int, served: float, replied: float, met: bool = False
+) -> ServedTurn:
+    return ServedTurn(session, "p", version, 5 if met else 40, met, served, replied)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 21)], 95) == 19.0
+    assert percentile([7.0], 95) == 7.0
+
+
+def test_versions_of_steps() -> None:
+    assert first_version_with(2, PUSHES) == 2
+    assert first_version_with(4, PUSHES) is None
+    assert version_during(1, PUSHES) == 0  # step 1 ran on the initial weights
+    assert version_during(3, PUSHES) == 2
+
+
+def test_freshness_is_from_the_reply_to_the_first_answer_of_a_version_that_trained_on_it() -> None:
+    turns = [
+        turn("a", 0, 90.0, 91.0),  # trained at step 1 -> version 1, first served at 105
+        turn("b", 0, 92.0, 93.0),  # trained at step 2 -> version 2, first served at 115
+        turn("c", 1, 105.0, 106.0),  # trained at step 3 -> version 3: never served
+        turn("d", 2, 115.0, 116.0),  # not trained
+        turn("e", 0, 95.0, 96.0),  # trained at step 3 (three versions behind... by then 2)
+    ]
+    trained = {"a:0": 1, "b:0": 2, "c:0": 3, "e:0": 3}
+    got = measure(turns, trained, PUSHES)
+    assert sorted(got.seconds) == [105.0 - 91.0, 115.0 - 93.0]
+    assert got.not_yet_served == 2
+    assert sorted(got.staleness) == [0, 1, 1, 2]  # a: 0-0, b: 1-0, c: 2-1, e: 2-0
+    summary = got.to_json()
+    assert summary["p50_s"] == 14.0 and summary["p95_s"] == 22.0
+    assert summary["staleness_max"] == 2 and summary["staleness_histogram"] == {
+        "0": 1, "1": 2, "2": 1
+    }  # fmt: skip
+
+
+def test_per_version_rows_take_rewards_of_included_samples_only() -> None:
+    turns = [turn("a", 0, 1, 2), turn("b", 0, 1, 2, met=True), turn("c", 1, 3, 4, met=True)]
+    scored = [
+        ScoredTurn("a:0", -1.0, True, 0),
+        ScoredTurn("b:0", 1.0, True, 0),
+        ScoredTurn("x:0", 0.0, False, 0),
+        ScoredTurn("c:0", 1.0, True, 1),
+    ]
+    rows = per_version(turns, scored)
+    assert [(r.version, r.turns, r.scored) for r in rows] == [(0, 2, 2), (1, 1, 1)]
+    assert rows[0].reward_mean == 0.0 and rows[0].met_rate == 0.5
+    assert rows[0].mean_words == pytest.approx(22.5) and rows[1].reward_mean == 1.0
+
+
+def test_alignment_bounds() -> None:
+    inside = alignment.summarize([1e-6, 5e-5, 2e-4], samples=2)
+    assert inside["within_bounds"] and inside["tokens"] == 3
+    assert not alignment.summarize([1e-6, 2e-3], samples=1)["within_bounds"]  # max too big
+    assert not alignment.summarize([2e-4] * 4, samples=1)["within_bounds"]  # mean too big
+    assert not alignment.summarize([], samples=0)["within_bounds"]
+
+
+def test_report_json_and_chart(tmp_path: Path) -> None:
+    report = LearnReport({"steps": 2}, "brevity")
+    report.versions = per_version([turn("a", 0, 1, 2), turn("b", 1, 3, 4, met=True)], [
+        ScoredTurn("a:0", -1.0, True, 0), ScoredTurn("b:0", 1.0, True, 1)])  # fmt: skip
+    report.evaluation = {
+        "before": {"rate": 0.1, "n": 70},
+        "after": {"rate": 0.6, "n": 70},
+        "control": {"rate": 0.15, "n": 70},
+    }
+    assert eval_gain(report.evaluation) == pytest.approx(0.45)
+    assert eval_gain({"after": {"rate": 0.5}}) is None
+    written = json.loads(report.write(tmp_path / "learn.json").read_text())
+    assert written["per_version"][1] == {
+        "version": 1, "turns": 1, "met_rate": 1.0, "mean_words": 5.0, "scored": 1,
+        "reward_mean": 1.0,
+    }  # fmt: skip
+    assert written["eval"]["after"]["rate"] == 0.6
+    png = write_chart(report, tmp_path / "learn.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
