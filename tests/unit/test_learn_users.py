@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -74,3 +77,44 @@ def test_evaluation_rate_length_and_versions() -> None:
     assert result.versions == {"0": 2, "1": 1, "unknown": 1}
     assert result.to_json()["rate"] == 0.5
     assert summarize("empty", []).rate == 0.0
+
+
+async def test_users_never_start_more_sessions_than_allowed() -> None:
+    """The limit holds from the first session on, before anyone watches the turns: a user
+    takes its place before it asks, so sessions cannot slip past a limit set late."""
+    from aiohttp.test_utils import TestServer
+
+    from pipeline.learn.prompts import Prompt
+    from pipeline.learn.users import Population, Sampling
+    from pipeline.testing.policy_sim import PolicySimConfig, PolicySimulator
+
+    server = TestServer(PolicySimulator(PolicySimConfig(latency_ms=50)).app(), host="127.0.0.1")
+    await server.start_server()
+    prompts = [Prompt("p0", "train", "Say hi."), Prompt("p1", "train", "Name a colour.")]
+    population = Population(
+        str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
+    )
+    population.allowed = 3
+    runner = asyncio.ensure_future(population.run())
+    try:
+        await wait_for(lambda: len(population.turns) >= 3)
+        await asyncio.sleep(0.5)  # five users, each free to go on if the limit let it
+        assert (population.started, len(population.turns)) == (3, 3)
+        assert population.paused
+        population.allowed = 5
+        await wait_for(lambda: len(population.turns) >= 5)
+        await asyncio.sleep(0.5)
+        assert (population.started, len(population.turns)) == (5, 5)
+    finally:
+        population.stopping = True
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+        await server.close()
+
+
+async def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
