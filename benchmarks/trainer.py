@@ -3,7 +3,9 @@
 Both sides run the same loss (``losses.policy_loss`` on rl advantages,
 aggregated by the default ``loss_agg``) on the same tiny random model and the
 same batch; the plain loop uses
-torch.optim.AdamW with no DeepSpeed. Tokens/s counts response tokens trained.
+torch.optim.AdamW with no DeepSpeed, their steps alternating (a shared machine's load
+falls on both alike); each side's tokens/s is that of its fastest step.
+Tokens/s counts response tokens trained.
 Prints a table and writes benchmarks/results/trainer.json.
 
     python benchmarks/trainer.py [--device cpu|cuda] [--model tiny|0.5b] [--steps 5]
@@ -125,22 +127,34 @@ def main() -> None:
     )
     engine.train_step(bucketed)  # warm-up both
     plain_step(model, opt, bucketed, config)
-    start = time.perf_counter()
-    tokens = sum(engine.train_step(bucketed).tokens for _ in range(args.steps))
-    ds_tps = tokens / (time.perf_counter() - start)
-    start = time.perf_counter()
-    tokens = sum(plain_step(model, opt, bucketed, config) for _ in range(args.steps))
-    plain_tps = tokens / (time.perf_counter() - start)
+    # Steps alternate between the two sides, so a change in the machine's load
+    # (other processes on a shared machine) falls on both alike.
+    # Each side's figure is its fastest step: the step's own cost, least disturbed by
+    # whatever else the machine ran meanwhile (every step's time is in the JSON).
+    ds_times: list[float] = []
+    plain_times: list[float] = []
+    tokens = sum(mb.tokens for mb in bucketed)
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        engine.train_step(bucketed)
+        ds_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        plain_step(model, opt, bucketed, config)
+        plain_times.append(time.perf_counter() - start)
+    ds_tps, plain_tps = tokens / min(ds_times), tokens / min(plain_times)
     result = {
         "device": args.device,
         "cores": os.cpu_count(),
         "samples": args.samples,
         "micro_batch": args.micro_batch,
         "steps": args.steps,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "model": tiny,
         "deepspeed_tokens_per_s": round(ds_tps, 1),
         "plain_torch_tokens_per_s": round(plain_tps, 1),
         "ratio_deepspeed_over_plain": round(ds_tps / plain_tps, 3),
+        "step_seconds_deepspeed": [round(t, 4) for t in ds_times],
+        "step_seconds_plain": [round(t, 4) for t in plain_times],
         "padding_fraction_bucketed": round(padding_fraction(bucketed), 4),
         "padding_fraction_unbucketed": round(padding_fraction(plain_mbs), 4),
         "parameters": params,

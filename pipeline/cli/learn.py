@@ -41,7 +41,9 @@ def learn(
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(
-        0, help="users wait while this many samples wait for the trainer (0: they never wait)"
+        0,
+        help="sessions users may start ahead of the trainer (their samples neither trained "
+        "nor excluded yet); more wait for its next push (0: no limit)",
     ),
     judge: str = typer.Option(
         None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"

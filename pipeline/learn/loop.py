@@ -78,16 +78,20 @@ class Watched:
                 raise TurnstreamError(f"the {name} exited with {proc.returncode}:\n{tail(log)}")
 
 
-def first_turns_excluded(turns: list[ServedTurn], monitor: Monitor) -> int:
-    """The users' scored turns the trainer will not train (a judge's 0, say)."""
-    ids = {f"{t.session_id}:0" for t in turns}
-    return sum(1 for s in monitor.scored.values() if s.sample_id in ids and not s.included)
+def settled(turns: list[ServedTurn], monitor: Monitor) -> int:
+    """Served turns whose sample the trainer trained (its weights pushed first) or excluded."""
+    count = 0
+    for t in turns:
+        sample_id = f"{t.session_id}:0"
+        scored = monitor.scored.get(sample_id)
+        if sample_id in monitor.trained or (scored is not None and not scored.included):
+            count += 1
+    return count
 
 
 def waiting_samples(turns: list[ServedTurn], monitor: Monitor) -> int:
-    """Samples the users produced that the trainer has not trained yet (replied, not trained)."""
-    replied = sum(1 for t in turns if t.replied_at is not None)
-    return max(0, replied - first_turns_excluded(turns, monitor) - len(monitor.trained))
+    """Served turns whose sample is neither trained nor excluded yet."""
+    return len(turns) - settled(turns, monitor)
 
 
 def snapshot(
@@ -125,16 +129,16 @@ def follow(
     max_ahead: int | None,
     deadline: float,
 ) -> None:
-    """Live view until ``done()``; users pause while ``max_ahead`` samples wait for training."""
+    """Live view until ``done()``; at most ``max_ahead`` sessions are ahead of the trainer
+    (started, and their sample neither trained nor excluded)."""
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while True:
             monitor.poll()
             watched.check()
             if users.error is not None:
                 raise TurnstreamError(f"the simulated users stopped: {users.error!r}")
-            if max_ahead is not None:  # sessions start only while the trainer keeps up
-                excluded = first_turns_excluded(users.turns, monitor)
-                users.population.allowed = len(monitor.trained) + excluded + max_ahead
+            if max_ahead is not None:
+                users.population.allowed = settled(users.turns, monitor) + max_ahead
             live.update(live_table(snapshot(phase, users, monitor, started, max_steps)))
             if done():
                 return

@@ -25,7 +25,7 @@ class LearnOptions:
     micro_batch_size: int = 8
     lr: float = 2e-4
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
-    max_ahead: int | None = None  # users wait while this many samples wait for the trainer
+    max_ahead: int | None = None  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
     eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
     control: bool = True  # the same loop with learning off, then its evaluation

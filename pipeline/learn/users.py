@@ -71,8 +71,11 @@ class Population:
     seed: int = 0
     turns: list[ServedTurn] = field(default_factory=list)
     failures: int = 0
-    allowed: int | None = None  # sessions that may start in all (None: no limit); raised
-    started: int = 0  # from another thread as the trainer catches up
+    # Sessions that may have started so far (set from another thread; None: no limit).
+    # A user takes its place before its session starts, so no session can slip past a
+    # limit that the thread setting it has not caught up with yet.
+    allowed: int | None = None
+    started: int = 0
     stopping: bool = False
 
     @property
@@ -96,7 +99,7 @@ class Population:
             if self.paused:
                 await asyncio.sleep(0.2)
                 continue
-            self.started += 1  # one event loop: no other user runs between check and count
+            self.started += 1
             prompt = rng.choice(self.prompts)
             session_id = f"{self.run_id}-u{k}-s{session}"
             session += 1
@@ -104,7 +107,8 @@ class Population:
                 await self._session(client, session_id, prompt)
             except openai.OpenAIError as exc:  # counted and shown; the user goes on
                 self.failures += 1
-                self.started -= 1  # it gave no sample: another session may take its place
+                if not any(t.session_id == session_id for t in reversed(self.turns)):
+                    self.started -= 1  # nothing was served: the place is free again
                 log.warning("session %s failed: %s", session_id, exc)
                 await asyncio.sleep(1.0)
 

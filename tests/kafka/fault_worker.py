@@ -36,7 +36,7 @@ def hold_pair(sample_id: str) -> None:
 
     def build_app(settings: Any, judge: Any, sender: Any = None, **kwargs: Any) -> Any:
         paired = settings.topics.turns_paired.name
-        topics: dict[str, Any] = {}
+        real: list[Any] = []
 
         async def send(outs: list[Any]) -> list[Any]:
             stored = []
@@ -44,15 +44,11 @@ def hold_pair(sample_id: str) -> None:
                 if out.topic == paired and decode_as(Paired, out.value).sample_id == sample_id:
                     stored.append(never_stored(f"pair {sample_id}"))
                 else:
-                    stored.append(await topics[out.topic].send(key=out.key, value=out.value))
+                    stored.extend(await real[0]([out]))
             return stored
 
         app = build(settings, judge, sender=send, **kwargs)
-        raw = {"key_type": bytes, "value_type": bytes}
-        for spec in settings.topics:
-            topics[spec.name] = app.topic(
-                spec.name, key_serializer="raw", value_serializer="raw", **raw
-            )
+        real.append(worker_app.kafka_sender(app))
         return app
 
     worker_app.build_app = build_app

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -79,10 +80,17 @@ def test_stopping_the_demo_stops_everything_it_started(
 ) -> None:
     workdir = tmp_path / "demo"
     log = tmp_path / "demo.log"
+    # A judge that accepts connections and never answers: no pair is judged, so the
+    # demo cannot finish before the signal, however slow or fast the machine is.
+    silent = socket.create_server(("127.0.0.1", 0), backlog=256)
+    judge = {
+        "TURNSTREAM_SCORING_JUDGE": "sglang",
+        "TURNSTREAM_SCORING_JUDGE_URLS": f"http://127.0.0.1:{silent.getsockname()[1]}",
+    }
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "demo", "--recorded", "--workdir", str(workdir)],
-            env={**cli_env, "PYTHONPATH": os.getcwd()},
+            env={**cli_env, **judge, "PYTHONPATH": os.getcwd()},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -98,6 +106,8 @@ def test_stopping_the_demo_stops_everything_it_started(
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        silent.close()
+    assert "judge: sglang at http://127.0.0.1:" in log.read_text()
     if how == signal.SIGINT:
         assert code == 130, log.read_text()[-3000:]
         assert "interrupted: stopped everything this demo started" in log.read_text()

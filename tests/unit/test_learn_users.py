@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +14,7 @@ from pipeline.errors import ConfigError
 from pipeline.learn.evaluate import Answer, summarize
 from pipeline.learn.preference import Brevity, word_count
 from pipeline.learn.prompts import default_prompts, load_prompts, split
-from pipeline.learn.users import Population, Sampling, served_version
+from pipeline.learn.users import served_version
 from pipeline.scoring.judge.rules import RulesJudge
 
 
@@ -76,12 +79,42 @@ def test_evaluation_rate_length_and_versions() -> None:
     assert summarize("empty", []).rate == 0.0
 
 
-def test_users_start_sessions_only_within_what_they_are_allowed() -> None:
-    users = Population("http://x", [], Brevity(), Sampling(), users=2, run_id="r")
-    assert not users.paused  # no limit
-    users.allowed, users.started = 4, 3
-    assert not users.paused
-    users.started = 4
-    assert users.paused
-    users.allowed = 8  # the trainer caught up
-    assert not users.paused
+async def test_users_never_start_more_sessions_than_allowed() -> None:
+    """The limit holds from the first session on, before anyone watches the turns: a user
+    takes its place before it asks, so sessions cannot slip past a limit set late."""
+    from aiohttp.test_utils import TestServer
+
+    from pipeline.learn.prompts import Prompt
+    from pipeline.learn.users import Population, Sampling
+    from pipeline.testing.policy_sim import PolicySimConfig, PolicySimulator
+
+    server = TestServer(PolicySimulator(PolicySimConfig(latency_ms=50)).app(), host="127.0.0.1")
+    await server.start_server()
+    prompts = [Prompt("p0", "train", "Say hi."), Prompt("p1", "train", "Name a colour.")]
+    population = Population(
+        str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
+    )
+    population.allowed = 3
+    runner = asyncio.ensure_future(population.run())
+    try:
+        await wait_for(lambda: len(population.turns) >= 3)
+        await asyncio.sleep(0.5)  # five users, each free to go on if the limit let it
+        assert (population.started, len(population.turns)) == (3, 3)
+        assert population.paused
+        population.allowed = 5
+        await wait_for(lambda: len(population.turns) >= 5)
+        await asyncio.sleep(0.5)
+        assert (population.started, len(population.turns)) == (5, 5)
+    finally:
+        population.stopping = True
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+        await server.close()
+
+
+async def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)

@@ -195,7 +195,7 @@ async def test_combine_has_eval_votes_hint_and_teacher(tiny_tokenizer: Path) -> 
 
 
 async def test_combine_asks_eval_and_hint_votes_at_the_same_time() -> None:
-    latency_s = 0.5
+    latency_s = 1.0  # long beside any scheduling delay of a loaded machine
     sim = JudgeSimulator(SimConfig(agreement=1.0, vote_dist={1: 1.0}, latency_ms=latency_s * 1000))
     server = TestServer(sim.app(), host="127.0.0.1")
     await server.start_server()
