@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 
 from pipeline.errors import TurnstreamError
+from pipeline.learn.freshness import sample_id
 from pipeline.learn.monitor import Monitor
 from pipeline.learn.report import per_version
 from pipeline.learn.stack import Proc
@@ -82,9 +83,8 @@ def settled(turns: list[ServedTurn], monitor: Monitor) -> int:
     """Served turns whose sample the trainer trained (its weights pushed first) or excluded."""
     count = 0
     for t in turns:
-        sample_id = f"{t.session_id}:0"
-        scored = monitor.scored.get(sample_id)
-        if sample_id in monitor.trained or (scored is not None and not scored.included):
+        scored = monitor.scored.get(sample_id(t))
+        if sample_id(t) in monitor.trained or (scored is not None and not scored.included):
             count += 1
     return count
 
@@ -98,7 +98,7 @@ def snapshot(
     phase: str, users: Users, monitor: Monitor, started: float, max_steps: int
 ) -> Snapshot:
     turns = users.turns
-    ids = {f"{t.session_id}:0" for t in turns}
+    ids = {sample_id(t) for t in turns}
     scored = [s for s in monitor.scored.values() if s.sample_id in ids]
     return Snapshot(
         phase=phase,

@@ -4,13 +4,10 @@ control, report. Everything it started is stopped on the way out, normally or on
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 
-import orjson
 from rich.console import Console
 
 from pipeline.broker.local import LocalKafka
@@ -28,6 +25,7 @@ from pipeline.models.fetch import resolve_model
 from pipeline.processes import stop_process, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from pipeline.training.weights import push_to_servers
 
 
 def run_learn(settings: Settings, options: LearnOptions, console: Console) -> LearnReport:
@@ -183,7 +181,7 @@ class LearnRun:
         """The same loop with learning off: the initial weights served again, no trainer,
         ``sessions`` user sessions (their turns are captured and judged as before, and
         nothing trains on them); then the same evaluation."""
-        _push(self.server.url, self.model, "0")
+        push_to_servers([self.server.url], self.model, weight_version="0")
         users = Users(self._population(f"{self.run_id}-control", self.options.seed + 1))
         try:
             self._follow("control (learning off)", users,
@@ -219,18 +217,6 @@ def _users(turns: list[ServedTurn], seconds: float) -> dict[str, object]:
         "met_rate": round(sum(t.met for t in turns) / len(turns), 4) if turns else None,
         "turns_per_s": round(len(turns) / seconds, 3) if seconds else None,
     }
-
-
-def _push(url: str, model: Path, version: str) -> None:
-    """Have the server load ``model`` as ``version`` (SGLang's /update_weights_from_disk)."""
-    body = orjson.dumps({"model_path": str(model), "weight_version": version})
-    request = urllib.request.Request(
-        url + "/update_weights_from_disk", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=300) as response:
-        answer = orjson.loads(response.read())
-    if not answer.get("success"):
-        raise TurnstreamError(f"{url} did not load the initial weights: {answer}")
 
 
 def _broker(settings: Settings, cleanup: ExitStack, console: Console) -> None:

@@ -43,10 +43,18 @@ def save_weights(model: Any, tokenizer: Any, weights_dir: Path, version: int) ->
 
 
 def push_to_servers(
-    urls: list[str], path: Path, attempts: int = 4, timeout_s: float = 600.0
+    urls: list[str],
+    path: Path,
+    attempts: int = 4,
+    timeout_s: float = 600.0,
+    weight_version: str | None = None,
 ) -> None:
-    """POST /update_weights_from_disk to every policy server, with retries and backoff."""
-    body = orjson.dumps({"model_path": str(path)})
+    """POST /update_weights_from_disk to every policy server, with retries and backoff
+    (``weight_version``: SGLang's field naming the version the servers report)."""
+    request_body: dict[str, str] = {"model_path": str(path)}
+    if weight_version is not None:
+        request_body["weight_version"] = weight_version
+    body = orjson.dumps(request_body)
     for url in urls:
         last = ""
         for attempt in range(1, attempts + 1):
