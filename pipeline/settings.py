@@ -112,6 +112,10 @@ class ScoringSettings(BaseSettings):
     judge_timeout_s: float = Field(300.0, gt=0, description="per request")
     judge_max_attempts: int = Field(4, ge=1, description="per request, with backoff")
     judge_concurrency: int = Field(64, ge=1, description="HTTP requests in flight per worker")
+    judge_max_new_tokens: int = Field(
+        4096, ge=1, description="the most tokens one vote may generate (hint votes: twice this)"
+    )
+    judge_temperature: float = Field(0.6, ge=0, description="sampling temperature of a vote")
     mode: Literal["rl", "opd", "combine"] = "rl"
     policy_tokenizer: Path | None = Field(
         None,

@@ -48,6 +48,11 @@ def learn(
     judge: str = typer.Option(
         None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
     ),
+    judge_max_tokens: int = typer.Option(
+        None,
+        help="tokens one judge vote may generate (default: 256 for the embedded judge, "
+        "the scoring worker's 4096 for a URL)",
+    ),
     prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
     workdir: Path = typer.Option(DEFAULTS.workdir, help="logs, state, learn.json and learn.png"),
     seed: int = typer.Option(DEFAULTS.seed, help="the users' choices of prompts"),
@@ -68,7 +73,8 @@ def learn(
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
         control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
         train_top_layers=train_top_layers or None,
-        max_ahead=max_ahead or None, judge=judge, prompts=prompts,
+        max_ahead=max_ahead or None, judge=judge, judge_max_tokens=judge_max_tokens,
+        prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip
     run_and_report(options, "run")
@@ -89,6 +95,13 @@ def run_and_report(options: LearnOptions, what: str) -> None:
         console.print(f"\ninterrupted: stopped everything this {what} started")
         raise typer.Exit(130) from None
     console.print(summary_table(report))
+    j = report.judge
+    if j.get("votes") and j["failed_votes"] * 2 > j["votes"]:
+        console.print(
+            f"[yellow]warning:[/] {j['failed_votes']} of {j['votes']} judge votes gave no "
+            "\\boxed{} score: that judge does not follow the judging prompt (a small model "
+            "rarely does), so its samples score 0 and teach the policy nothing"
+        )
     workdir = options.workdir
     console.print(f"report: {workdir / 'learn.json'}\nchart: {workdir / 'learn.png'}")
 
@@ -114,6 +127,12 @@ def summary_table(report: LearnReport) -> Table:
     if f.get("samples"):
         table.add_row("freshness p50 / p95", f"{f['p50_s']}s / {f['p95_s']}s")
         table.add_row("staleness mean / max", f"{f['staleness_mean']} / {f['staleness_max']}")
+    j = report.judge
+    if j.get("votes"):
+        table.add_row(
+            f"judge votes ({j['backend']})",
+            f"{j['votes']} over {j['samples_judged']} samples, {j['failed_votes']} without a score",
+        )
     table.add_row("pushes", str(len(report.pushes)))
     table.add_row("samples trained", str(report.training.get("samples_trained", 0)))
     table.add_row("wall time", f"{report.wall_time_s:.0f}s")

@@ -47,6 +47,34 @@ class _Lines:
 
 
 @dataclass
+class JudgeTally:
+    """What the judge said over the run's judged samples (those with a next state)."""
+
+    samples: int = 0
+    votes: int = 0
+    failed: int = 0  # votes without a score the judge was asked for (no \\boxed{})
+    backend: str = ""
+    urls: list[str] = field(default_factory=list)
+
+    def observe(self, sample: Sample) -> None:
+        self.backend, self.urls = sample.judge.backend, list(sample.judge.urls)
+        if not sample.votes:
+            return
+        self.samples += 1
+        self.votes += len(sample.votes)
+        self.failed += sum(1 for v in sample.votes if v is None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "urls": self.urls,
+            "samples_judged": self.samples,
+            "votes": self.votes,
+            "failed_votes": self.failed,
+        }
+
+
+@dataclass
 class Monitor:
     """Follows the run's topics and the trainer's files; ``poll`` reads what is new."""
 
@@ -57,6 +85,7 @@ class Monitor:
     pushes: list[Push] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     trained: dict[str, int] = field(default_factory=dict)  # sample_id -> step
+    judge: JudgeTally = field(default_factory=JudgeTally)
 
     def __post_init__(self) -> None:
         topics = self.settings.topics
@@ -90,6 +119,8 @@ class Monitor:
 
     def _sample(self, value: bytes) -> None:
         sample = decode_as(Sample, value)
+        if sample.sample_id not in self.scored:  # a duplicate delivery is one judgement
+            self.judge.observe(sample)
         self.scored[sample.sample_id] = ScoredTurn(
             sample.sample_id, sample.score, sample.loss_mask == 1, sample.policy_version
         )

@@ -31,6 +31,7 @@ class LearnOptions:
     control: bool = True  # the same loop with learning off, then its evaluation
     control_sessions: int | None = 64  # user sessions of the control (None: as many as learning)
     judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
+    judge_max_tokens: int | None = None  # per vote (None: 256 embedded, else the worker's 4,096)
     seed: int = 0
     server_threads: int | None = None
     timeout_s: float = 1800.0

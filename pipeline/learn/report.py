@@ -76,6 +76,7 @@ class LearnReport:
     freshness: dict[str, Any] = field(default_factory=dict)
     pushes: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] = field(default_factory=dict)
+    judge: dict[str, Any] = field(default_factory=dict)
     users: dict[str, Any] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
@@ -91,6 +92,7 @@ class LearnReport:
             "freshness": self.freshness,
             "pushes": self.pushes,
             "training": self.training,
+            "judge": self.judge,
             "users": self.users,
             "phases_s": {k: round(v, 1) for k, v in self.phases_s.items()},
             "wall_time_s": round(self.wall_time_s, 1),

@@ -25,6 +25,11 @@ from pipeline.models.fetch import resolve_model
 from pipeline.processes import stop_process, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
+
+# The embedded judge is the 135M policy model on CPU: a vote that reasons for the judge
+# prompt's full 4,096 tokens would hold a training step for minutes, so votes are cut here
+# (a cut vote without \boxed{} counts as no vote, as any malformed judge output does).
+EMBEDDED_JUDGE_MAX_TOKENS = 256
 from pipeline.training.weights import push_to_servers
 
 
@@ -111,10 +116,14 @@ class LearnRun:
         if judge is None or judge == "rules":
             return None
         if judge != "embedded":
-            return Judge(judge.rstrip("/").removesuffix("/v1"))
+            return Judge(
+                judge.rstrip("/").removesuffix("/v1"), max_new_tokens=self.options.judge_max_tokens
+            )
         served = start_server(self.settings, self.model, self.workdir, "judge", None)
         self._keep(served.proc)
-        return Judge(served.url, self.model)
+        return Judge(
+            served.url, self.model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS
+        )
 
     def evaluate(self, label: str) -> EvalResult:
         o = self.options
@@ -174,6 +183,7 @@ class LearnRun:
         r.pushes = [{"version": p.version, "step": p.step, "at_s": round(p.ts - first, 1)}
                     for p in m.pushes]  # fmt: skip
         r.training = _training(m.steps, len(m.trained))
+        r.judge = m.judge.to_json()
         r.users["learning"] = _users(turns, self.report.phases_s.get("learn", 0.0))
         self._phase("measure")
 

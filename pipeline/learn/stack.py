@@ -82,6 +82,7 @@ class Judge:
 
     url: str
     tokenizer: Path | None = None
+    max_new_tokens: int | None = None  # per vote; None: the scoring settings' default
 
 
 def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc:
@@ -96,6 +97,8 @@ def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc
     else:
         args += ["--judge", "openai", "--judge-url", judge.url]
         extra["TURNSTREAM_SCORING_JUDGE_MODEL"] = "default"
+    if judge is not None and judge.max_new_tokens is not None:
+        extra["TURNSTREAM_SCORING_JUDGE_MAX_NEW_TOKENS"] = str(judge.max_new_tokens)
     env = child_env(settings, **extra)
     return spawn_cli([*args, "--loglevel", "warn"], env, workdir / "worker.log")
 

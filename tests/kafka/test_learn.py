@@ -5,13 +5,17 @@ are the trainer's at the same weights."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from pipeline.broker.local import free_port_pair
 from pipeline.events import Sample, decode_as
+from pipeline.scoring.votes import majority_vote
 from pipeline.settings import Settings
-from tests.kafka.helpers import read_all, turnstream
+from tests.kafka.helpers import read_all, spawn, turnstream, wait_http
 
 pytestmark = pytest.mark.model
 
@@ -51,3 +55,75 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     assert report["freshness"]["samples"] >= 1 and report["freshness"]["p50_s"] > 0
     assert (workdir / "learn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "final - control" in result.stdout
+
+
+@pytest.fixture
+def judge_simulator(tmp_path: Path) -> Iterator[str]:
+    """The judge simulator (a test double), as an OpenAI-compatible judge URL."""
+    port = free_port_pair()
+    proc = spawn(["pipeline.testing.judge_sim", "--port", str(port)], tmp_path / "sim.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", proc)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def short_learn_run(cli_env: dict[str, str], workdir: Path, *judge: str) -> tuple[str, dict]:
+    """One trainer step with an LLM judge; learn.json and what the run printed."""
+    result = turnstream(
+        "learn", "--steps", "1", "--batch-size", "2", "--micro-batch-size", "2",
+        "--users", "2", "--max-tokens", "16", "--eval-prompts", "2", "--no-control",
+        "--workdir", str(workdir), *judge,
+        env=cli_env, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout, json.loads((workdir / "learn.json").read_text())
+
+
+def judged_samples(settings: Settings, report: dict) -> list[Sample]:
+    run = settings.model_copy(update={"topic_prefix": report["topic_prefix"]})
+    records = read_all(run, run.topics.samples_scored.name)
+    return [s for s in (decode_as(Sample, r.value) for r in records) if s.next_state is not None]
+
+
+def test_a_live_loop_judged_by_an_llm_judge_url(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path, judge_simulator: str
+) -> None:
+    """``--judge URL``: the worker asks that OpenAI-compatible judge about each user reply,
+    m=3 votes a sample, and the trainer trains on its scores."""
+    out, report = short_learn_run(cli_env, tmp_path / "learn", "--judge", judge_simulator + "/v1")
+    judge = report["judge"]
+    assert judge["backend"] == "openai" and judge["urls"] == [judge_simulator], judge
+    assert judge["samples_judged"] >= 1 and judge["votes"] == 3 * judge["samples_judged"]
+    assert judge["failed_votes"] == 0 and "judge votes (openai)" in out
+    asked = httpx.get(judge_simulator + "/sim/requests").json()
+    judged = judged_samples(settings, report)
+    assert judged and len(asked) >= len(judged)
+    for sample in judged:
+        assert sample.judge.backend == "openai" and len(sample.votes) == 3, sample
+        assert sample.score == majority_vote(sample.votes)
+        reply = sample.next_state.content  # what the simulated user said back: the evidence
+        assert any(reply in str(a["body"]["messages"]) for a in asked), reply
+    assert report["training"]["steps"] == 1 and [p["version"] for p in report["pushes"]] == [1]
+
+
+def test_a_live_loop_judged_by_the_embedded_judge(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path, smollm2: Path
+) -> None:
+    """``--judge embedded``: a second server of the initial weights judges through SGLang's
+    /generate (its chat template renders the prompt); votes are cut at --judge-max-tokens.
+    A 135M model rarely answers with a \\boxed{} score: the run says so."""
+    out, report = short_learn_run(
+        cli_env, tmp_path / "learn", "--judge", "embedded", "--judge-max-tokens", "8"
+    )
+    judge = report["judge"]
+    assert judge["backend"] == "sglang" and len(judge["urls"]) == 1, judge
+    assert judge["samples_judged"] >= 1 and judge["votes"] == 3 * judge["samples_judged"]
+    assert (tmp_path / "learn" / "judge.log").exists()
+    for sample in judged_samples(settings, report):
+        assert sample.judge.backend == "sglang" and sample.judge.urls == judge["urls"]
+        assert len(sample.votes) == 3 and sample.score == majority_vote(sample.votes)
+    if judge["failed_votes"] * 2 > judge["votes"]:
+        assert "judge votes gave no" in out
+    assert report["training"]["steps"] == 1 and [p["version"] for p in report["pushes"]] == [1]

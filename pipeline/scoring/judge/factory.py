@@ -42,6 +42,9 @@ def judge_client(settings: Settings) -> JudgeClient:
         timeout_s=s.judge_timeout_s,
         max_attempts=s.judge_max_attempts,
         concurrency=s.judge_concurrency,
+        temperature=s.judge_temperature,
+        max_new_tokens=s.judge_max_new_tokens,
+        hint_max_new_tokens=2 * s.judge_max_new_tokens,
     )
     render = _chat_renderer(s.judge_tokenizer) if s.judge == "sglang" else None
     return JudgeClient(config, render) if render else JudgeClient(config)
