@@ -25,12 +25,12 @@ from pipeline.models.fetch import resolve_model
 from pipeline.processes import stop_process, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from pipeline.training.weights import push_to_servers
 
 # The embedded judge is the 135M policy model on CPU: a vote that reasons for the judge
 # prompt's full 4,096 tokens would hold a training step for minutes, so votes are cut here
 # (a cut vote without \boxed{} counts as no vote, as any malformed judge output does).
 EMBEDDED_JUDGE_MAX_TOKENS = 256
-from pipeline.training.weights import push_to_servers
 
 
 def run_learn(settings: Settings, options: LearnOptions, console: Console) -> LearnReport:
