@@ -98,6 +98,11 @@ def _integer(value: Any, name: str, low: int) -> int:
     return value
 
 
+def _each(items: list[Any], times: int) -> list[Any]:
+    """[a, b], 2 -> [a, a, b, b]: SGLang's order of a batch's parallel samples."""
+    return [item for item in items for _ in range(times)]
+
+
 def parse_generate(body: Any, tokenize: Callable[[str], list[int]]) -> GenerateCall:
     """The Requests of one /generate body (BadRequest when it is malformed)."""
     if not isinstance(body, dict):
@@ -109,9 +114,9 @@ def parse_generate(body: Any, tokenize: Callable[[str], list[int]]) -> GenerateC
     n = len(prompts)
     samplings = _per_item(body, "sampling_params", n, None)
     parallel = _parallel_samples(samplings)
-    if parallel > 1:  # SGLang's parallel sampling: the batch repeated n times, one answer each
-        prompts, samplings, is_batch = prompts * parallel, samplings * parallel, True
-        body = {k: (v * parallel if isinstance(v, list) and k != "input_ids" and k != "text"
+    if parallel > 1:  # SGLang's parallel sampling: each prompt n times over, its answers together
+        prompts, samplings, is_batch = _each(prompts, parallel), _each(samplings, parallel), True
+        body = {k: (_each(v, parallel) if isinstance(v, list) and k != "input_ids" and k != "text"
                     else v) for k, v in body.items()}  # fmt: skip
         n = len(prompts)
     logprob = _per_item(body, "return_logprob", n, False)

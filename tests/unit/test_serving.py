@@ -121,12 +121,16 @@ def test_parallel_sampling_answers_n_samples_of_one_prompt(
     assert status == 200 and isinstance(answers, list) and len(answers) == 3
     assert all(a["meta_info"]["completion_tokens"] == len(a["output_ids"]) for a in answers)
     assert len({tuple(a["output_ids"]) for a in answers}) > 1  # independent samples
-    batch = {"input_ids": PROMPTS[:2], "sampling_params": {"temperature": 0, "max_new_tokens": 4,
-             "n": 2}}  # fmt: skip
+    two = [PROMPTS[0], PROMPTS[0][::-1]]
+    batch = {"input_ids": two, "sampling_params": {"temperature": 0, "max_new_tokens": 12, "n": 2}}
     status, four = post(url + "/generate", batch)
     assert status == 200 and len(four) == 4
     assert [a["meta_info"]["prompt_tokens"] for a in four] == [5, 5, 5, 5]
-    assert four[0]["output_ids"] == four[2]["output_ids"]  # [p1, p2] * 2, greedy
+    # SGLang's order: each prompt's n answers together, [p1, p1, p2, p2] (greedy: alike)
+    for i, prompt in enumerate(two):
+        alone = generate(url, prompt, sampling_params={"temperature": 0, "max_new_tokens": 12})
+        assert four[2 * i]["output_ids"] == four[2 * i + 1]["output_ids"] == alone["output_ids"]
+    assert four[1]["output_ids"] != four[2]["output_ids"]  # the two prompts answer apart
     status, bad = post(url + "/generate", {"input_ids": PROMPTS[0], "sampling_params": {"n": 0}})
     assert status == 400, bad
 
