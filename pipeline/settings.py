@@ -116,6 +116,12 @@ class ScoringSettings(BaseSettings):
         4096, ge=1, description="the most tokens one vote may generate (hint votes: twice this)"
     )
     judge_temperature: float = Field(0.6, ge=0, description="sampling temperature of a vote")
+    judge_batch_max: int = Field(
+        32,
+        ge=1,
+        description="SGLang judge: pairs asked together in one /generate request (those "
+        "waiting at the same moment; 1 = a request per pair)",
+    )
     mode: Literal["rl", "opd", "combine"] = "rl"
     policy_tokenizer: Path | None = Field(
         None,

@@ -168,15 +168,17 @@ class JudgeSimulator:
         self.bodies.append({"path": "/generate", "body": body})
         params = body.get("sampling_params", {})
         n = int(params.get("n", 1) or 1)  # SGLang's parallel sampling: n answers, one slot each
-        if "error" in await asyncio.gather(*(self._serve() for _ in range(n))):
+        text = body.get("text")
+        texts = text if isinstance(text, list) else [text]  # a batch: a slot per prompt per answer
+        if "error" in await asyncio.gather(*(self._serve() for _ in range(n * len(texts)))):
             return web.json_response({"error": "simulated overload"}, status=503)
         if "input_ids" in body:
             return web.json_response(self._logprobs(body, params))
-        text = body.get("text")
-        if not isinstance(text, str):
+        if not texts or not all(isinstance(t, str) for t in texts):
             return web.json_response({"error": "'text' or 'input_ids' required"}, status=400)
-        answers = [self._answer(text) for _ in range(n)]
-        return web.json_response(answers if n > 1 else answers[0])
+        # SGLang's order: each prompt's n answers together
+        answers = [self._answer(t) for t in texts for _ in range(n)]
+        return web.json_response(answers if len(answers) > 1 else answers[0])
 
     def _answer(self, text: str) -> dict[str, Any]:
         out = self.vote_text(text)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from pipeline.errors import TurnstreamError
@@ -126,3 +128,62 @@ async def test_teacher_logprobs_cover_exactly_the_response(sim_factory) -> None:
         out = await client.teacher_logprobs(list(range(100, 120)), response_len=5, top_k=2)
     assert len(out["logprobs"]) == 5 and all(lp < 0 for lp in out["logprobs"])
     assert len(out["top_logprobs"]) == 5 and all(len(t) == 2 for t in out["top_logprobs"])
+
+
+REPLIES = [f"reply number {i}: {'no' if i % 3 else 'yes'}, see line {i * 7}" for i in range(8)]
+
+
+async def test_pairs_asked_at_once_share_one_sglang_request_each_getting_its_own_votes(
+    sim_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """SGLang's batch order (each prompt's n answers together) is kept: with votes that
+    depend on the prompt only, batched votes equal the votes asked one request a pair."""
+    sim, url = await sim_factory(agreement=1.0, vote_dist={1: 0.4, -1: 0.3, 0: 0.3})
+    async with JudgeClient(config(url, batch_max=1)) as one_by_one:
+        alone = [await eval_votes(one_by_one, "answer", "user", r, m=3) for r in REPLIES]
+    assert len({a.score for a in alone}) > 1  # the replies are judged apart
+    before = len(sim.bodies)
+    async with JudgeClient(config(url, batch_max=3)) as client:
+        batched = await asyncio.gather(
+            *(eval_votes(client, "answer", "user", r, m=3) for r in REPLIES)
+        )
+        assert client.requests == 3
+    assert [b.votes for b in batched] == [a.votes for a in alone]
+    requests = [r["body"] for r in list(sim.bodies)[before:]]
+    assert [len(b["text"]) if isinstance(b["text"], list) else 1 for b in requests] == [3, 3, 2]
+    assert all(b["sampling_params"]["n"] == 3 for b in requests)
+
+
+async def test_a_failed_batch_request_fails_every_pair_in_it(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim, url = await sim_factory(error_rate=1.0)
+    async with JudgeClient(config(url, max_attempts=2)) as client:
+        results = await asyncio.gather(
+            *(eval_votes(client, "a", "user", r, m=3) for r in REPLIES[:4]),
+            return_exceptions=True,
+        )
+        assert client.requests == 2  # one batch, tried twice
+    assert all(isinstance(r, JudgeUnavailable) for r in results), results
+
+
+async def test_a_batch_answered_with_too_few_outputs_is_an_error_for_each_pair() -> None:
+    """A judge that drops an answer must not shift the votes onto the wrong pairs."""
+
+    async def one_short(request: web.Request) -> web.Response:
+        body = await request.json()
+        count = len(body["text"]) * body["sampling_params"]["n"] - 1
+        return web.json_response([{"text": "\\boxed{1}"}] * count)
+
+    app = web.Application()
+    app.router.add_post("/generate", one_short)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with JudgeClient(config(str(server.make_url("")).rstrip("/"))) as client:
+            results = await asyncio.gather(
+                *(eval_votes(client, "a", "user", r, m=3) for r in REPLIES[:2]),
+                return_exceptions=True,
+            )
+    finally:
+        await server.close()
+    assert all(isinstance(r, TurnstreamError) and "5 outputs for 2 prompt(s)" in str(r)
+               for r in results), results  # fmt: skip

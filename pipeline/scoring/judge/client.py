@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from pipeline.errors import TurnstreamError
+from pipeline.scoring.judge.batching import GenerateBatcher
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 JSON = {"Content-Type": "application/json"}
@@ -44,6 +45,7 @@ class JudgeConfig:
     top_p: float = 1.0
     max_new_tokens: int = 4096
     hint_max_new_tokens: int = 8192
+    batch_max: int = 32  # SGLang: prompts asked together in one /generate (1: one per call)
 
 
 def chatml(messages: Sequence[dict[str, Any]]) -> str:
@@ -70,6 +72,7 @@ class JudgeClient:
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
         self.retries = 0
+        self._batcher = GenerateBatcher(self._generate, config.batch_max)
 
     def _open(self) -> aiohttp.ClientSession:
         """The one HTTP session, created on first use inside the running event loop."""
@@ -83,6 +86,7 @@ class JudgeClient:
         return self._session
 
     async def close(self) -> None:
+        await self._batcher.close()
         if self._session is not None:
             await self._session.close()
 
@@ -127,12 +131,17 @@ class JudgeClient:
     async def complete(
         self, messages: list[dict[str, Any]], n: int, hint: bool = False
     ) -> list[str]:
-        """n judge outputs for one chat prompt (votes are independent samples), in one request."""
+        """n judge outputs for one chat prompt (votes are independent samples), in one request
+        (SGLang: one with the other prompts asked in the same loop turn)."""
         max_new = self.config.hint_max_new_tokens if hint else self.config.max_new_tokens
         if self.config.backend == "openai":
             return await self._chat(messages, n, max_new)
+        return await self._batcher.ask(self.render(messages), n, max_new)
+
+    async def _generate(self, texts: list[str], n: int, max_new: int) -> list[str]:
+        """SGLang /generate: n answers to each of ``texts``, each prompt's n together."""
         body: dict[str, Any] = {
-            "text": self.render(messages),
+            "text": texts[0] if len(texts) == 1 else texts,
             "return_logprob": False,
             "sampling_params": {
                 "temperature": self.config.temperature,
@@ -148,8 +157,10 @@ class JudgeClient:
             body["sampling_params"]["n"] = n
         data = await self.post("/generate", body)
         results = data if isinstance(data, list) else [data]
-        if len(results) != n:
-            raise TurnstreamError(f"judge answered {len(results)} outputs for n={n}")
+        if len(results) != n * len(texts):
+            raise TurnstreamError(
+                f"judge answered {len(results)} outputs for {len(texts)} prompt(s) with n={n}"
+            )
         return [r.get("text", "") if isinstance(r, dict) else "" for r in results]
 
     async def _chat(self, messages: list[dict[str, Any]], n: int, max_new: int) -> list[str]:

@@ -1,0 +1,70 @@
+"""Prompts asked in the same turn of the event loop go to SGLang in one /generate request.
+
+SGLang's /generate takes a list of prompts (``text``) with ``sampling_params.n``
+answers each, and answers with one flat list, each prompt's n answers together
+(``tokenizer_manager._handle_batch_request``). A scoring worker judges many
+pairs at once: asking for them in one request instead of one request a pair
+saves an HTTP round trip per pair on both sides, and adds no wait, since a batch
+holds only what was asked before the loop got back to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+# (prompts, n, max_new_tokens) -> len(prompts) * n answers, each prompt's n together
+SendBatch = Callable[[list[str], int, int], Awaitable[list[str]]]
+
+
+class GenerateBatcher:
+    """Collects the prompts asked in one loop turn (same n and token limit) into requests
+    of at most ``limit`` prompts; each asker gets its own n answers, or the request's error."""
+
+    def __init__(self, send: SendBatch, limit: int) -> None:
+        self._send = send
+        self._limit = limit
+        self._waiting: dict[tuple[int, int], list[tuple[str, asyncio.Future[list[str]]]]] = {}
+        self._running: set[asyncio.Future[None]] = set()
+
+    async def ask(self, text: str, n: int, max_new_tokens: int) -> list[str]:
+        key = (n, max_new_tokens)
+        asks = self._waiting.get(key)
+        if asks is None:
+            asks = self._waiting[key] = []
+            asyncio.get_running_loop().call_soon(self._flush, key)
+        answer: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        asks.append((text, answer))
+        if len(asks) >= self._limit:
+            self._flush(key)
+        return await answer
+
+    def _flush(self, key: tuple[int, int]) -> None:
+        asks = self._waiting.pop(key, None)
+        if asks:
+            task = asyncio.ensure_future(self._request(asks, *key))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _request(
+        self, asks: list[tuple[str, asyncio.Future[list[str]]]], n: int, max_new_tokens: int
+    ) -> None:
+        try:
+            answers = await self._send([text for text, _ in asks], n, max_new_tokens)
+        except asyncio.CancelledError:
+            for _, answer in asks:
+                answer.cancel()
+            raise
+        except Exception as exc:  # the request's error is each asker's
+            for _, answer in asks:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for i, (_, answer) in enumerate(asks):
+            if not answer.done():  # an asker that was cancelled has gone
+                answer.set_result(answers[i * n : (i + 1) * n])
+
+    async def close(self) -> None:
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
