@@ -162,6 +162,7 @@ async def test_a_failed_batch_request_fails_every_pair_in_it(sim_factory) -> Non
             return_exceptions=True,
         )
         assert client.requests == 2  # one batch, tried twice
+    assert [len(b["body"]["text"]) for b in sim.bodies] == [4, 4]
     assert all(isinstance(r, JudgeUnavailable) for r in results), results
 
 
