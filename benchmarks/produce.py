@@ -1,11 +1,14 @@
 """Producer throughput: `turnstream produce` vs `kcat -P` on the same event file.
 
 Both send the same N input events (key = session_id, acks=all, idempotent,
-gzip) to fresh topics on the same broker; the time is wall-clock for the whole
-command, including turnstream's validation pass. Prints a table and writes
+the codec of --compression: gzip by default) to fresh topics on the same
+broker; the time is wall-clock for the whole command, including turnstream's
+validation pass. Python's clients compress gzip at level 9, librdkafka at
+zlib's default (6): on this repetitive text level 9 is several times slower, so
+``--compression none`` compares the clients alone. Prints a table and writes
 benchmarks/results/produce.json.
 
-    python benchmarks/produce.py [--events 100000]
+    python benchmarks/produce.py [--events 100000] [--compression gzip]
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def timed(cmd: list[str], env: dict[str, str], stdin_path: Path | None = None) -
     return elapsed
 
 
-def run(settings: Settings, n: int, workdir: Path) -> dict:
+def run(settings: Settings, n: int, workdir: Path, codec: str) -> dict:
     events, keyed = workdir / "events.jsonl", workdir / "events.kcat"
     write_events(events, keyed, n)
     run_id = uuid.uuid4().hex[:6]
@@ -104,7 +107,7 @@ def run(settings: Settings, n: int, workdir: Path) -> dict:
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TURNSTREAM_TOPIC_PREFIX": ours.topic_prefix,
-        "TURNSTREAM_PRODUCER_COMPRESSION": "gzip",
+        "TURNSTREAM_PRODUCER_COMPRESSION": codec,
     }
     turnstream = [sys.executable, "-m", "pipeline.cli", "produce", str(events)]
     kcat = [
@@ -117,7 +120,7 @@ def run(settings: Settings, n: int, workdir: Path) -> dict:
         "-K",
         "\t",
         "-z",
-        "gzip",
+        codec,
         "-X",
         "acks=all",
         "-X",
@@ -131,6 +134,7 @@ def run(settings: Settings, n: int, workdir: Path) -> dict:
         sys.exit(f"expected {n} records on each topic, got turnstream={got_ours} kcat={got_kcat}")
     return {
         "events": n,
+        "compression": codec,
         "file_bytes": events.stat().st_size,
         "turnstream_produce_s": round(t_ours, 3),
         "turnstream_events_per_s": round(n / t_ours),
@@ -143,11 +147,12 @@ def run(settings: Settings, n: int, workdir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--compression", default="gzip", choices=["none", "gzip", "lz4", "zstd"])
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (apt-get install kcat)")
     with tempfile.TemporaryDirectory() as tmp, broker(Path(tmp)) as settings:
-        result = run(settings, args.events, Path(tmp))
+        result = run(settings, args.events, Path(tmp), args.compression)
     write_result("produce", result)
     print(f"\n{'client':<22}{'events':>10}{'seconds':>10}{'events/s':>12}")
     print(

@@ -30,7 +30,7 @@ from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
 from pipeline.processes import spawn_cli, stop_process, tail
-from pipeline.produce import TurnProducer, produce_file
+from pipeline.produce import produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets, group_lag
@@ -269,8 +269,7 @@ def run_demo(
         )
         watch = Watch(settings, scored_start, metrics)
         cleanup.callback(watch.close)
-        with TurnProducer(settings) as producer:
-            sent = produce_file(sessions, producer, skip_invalid=True)
+        sent = produce_file(sessions, settings, skip_invalid=True)
         report.sent = sent.sent
         console.print(f"sent {sent.sent} events from {sessions}")
         _follow(settings, worker, trainer, watch, before, names, console, workdir, timeout_s)

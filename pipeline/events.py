@@ -286,7 +286,11 @@ def _load_json(raw: bytes | str | None) -> Any:
 
 def decode_input(raw: bytes | str | None) -> Turn | Message | SessionEnd:
     """Decode one ``chat.turns`` event; raise EventDecodeError on anything wrong."""
-    data = _load_json(raw)
+    return input_event(_load_json(raw))
+
+
+def input_event(data: Any) -> Turn | Message | SessionEnd:
+    """Validate one ``chat.turns`` event given as a dict (parsed JSON, or built in code)."""
     if not isinstance(data, dict):
         raise EventDecodeError("", f"expected a JSON object, got {type(data).__name__}")
     kind = data.get("type")

@@ -51,6 +51,18 @@ class KafkaSettings(BaseSettings):
     ssl_keyfile: Path | None = None
     ssl_check_hostname: bool = True
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str | None) -> str | None:
+        for server in value.split(",") if value else []:
+            host, _, port = server.strip().rpartition(":")
+            if not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"bootstrap servers {value!r}: expected host:port[,host:port...] "
+                    f"(e.g. localhost:9092), got {server.strip()!r}"
+                )
+        return value
+
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
         if self.security_protocol.startswith("SASL") and not (

@@ -75,17 +75,13 @@ def _net_client(**configs: Any) -> KafkaNetClient:
     return KafkaNetClient(net=net, manager=_AuthFailsFastManager(net, **configs), **configs)
 
 
-def kafka_python_config(settings: Settings) -> dict[str, Any]:
-    """Connection and security options shared by every kafka-python client."""
+def connection_config(settings: Settings) -> dict[str, Any]:
+    """Address, identity and SASL login: the options kafka-python and aiokafka name alike."""
     k = settings.kafka
     config: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap_servers.split(","),
         "client_id": settings.client_id,
         "security_protocol": k.security_protocol,
-        "kafka_client": _net_client,
-        # kafka-python backs off exponentially up to 30 s between reconnects: after a broker
-        # restart a producer could wait that long to notice it is back
-        "reconnect_backoff_max_ms": 1000,
     }
     if k.sasl_mechanism:
         config["sasl_mechanism"] = k.sasl_mechanism
@@ -93,6 +89,19 @@ def kafka_python_config(settings: Settings) -> dict[str, Any]:
         config["sasl_plain_password"] = (
             _Masked(k.sasl_password.get_secret_value()) if k.sasl_password else None
         )
+    return config
+
+
+def kafka_python_config(settings: Settings) -> dict[str, Any]:
+    """Connection and security options shared by every kafka-python client."""
+    k = settings.kafka
+    config: dict[str, Any] = {
+        **connection_config(settings),
+        "kafka_client": _net_client,
+        # kafka-python backs off exponentially up to 30 s between reconnects: after a broker
+        # restart a producer could wait that long to notice it is back
+        "reconnect_backoff_max_ms": 1000,
+    }
     if k.security_protocol in ("SSL", "SASL_SSL"):
         config["ssl_cafile"] = str(k.ssl_cafile) if k.ssl_cafile else None
         config["ssl_certfile"] = str(k.ssl_certfile) if k.ssl_certfile else None
@@ -112,7 +121,7 @@ def authentication_failed(settings: Settings, exc: BaseException) -> BrokerError
     )
 
 
-def _where(settings: Settings) -> str:
+def unreachable(settings: Settings) -> str:
     hint = (
         "start the local broker with `turnstream kafka start`"
         if settings.uses_local_broker
@@ -131,7 +140,7 @@ def admin_client(settings: Settings, timeout_ms: int = 15000) -> KafkaAdminClien
     except SaslAuthenticationFailedError as exc:
         raise authentication_failed(settings, exc) from exc
     except KafkaError as exc:
-        raise BrokerError(f"{_where(settings)} ({exc!r})") from exc
+        raise BrokerError(f"{unreachable(settings)} ({exc!r})") from exc
 
 
 def check_access(settings: Settings) -> None:
@@ -159,7 +168,7 @@ def producer(settings: Settings, max_request_size: int, **overrides: Any) -> Kaf
     except SaslAuthenticationFailedError as exc:
         raise authentication_failed(settings, exc) from exc
     except KafkaError as exc:
-        raise BrokerError(f"{_where(settings)} ({exc!r})") from exc
+        raise BrokerError(f"{unreachable(settings)} ({exc!r})") from exc
 
 
 def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) -> dict[str, Any]:
@@ -182,19 +191,26 @@ def flush_or_raise(prod: KafkaProducer, futures: list[Any], what: str) -> None:
         raise BrokerError(f"{len(failed)} {what} could not be delivered: {failed[0].exception!r}")
 
 
-def faust_credentials(settings: Settings) -> Any:
-    """Faust broker credentials from the same KAFKA_* settings every client uses."""
+def ssl_context(settings: Settings) -> Any:
+    """The TLS context of the asyncio clients (Faust, aiokafka); None without TLS."""
     import ssl
 
+    k = settings.kafka
+    if k.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.create_default_context(cafile=str(k.ssl_cafile) if k.ssl_cafile else None)
+    if k.ssl_certfile:
+        context.load_cert_chain(str(k.ssl_certfile), str(k.ssl_keyfile or "") or None)
+    context.check_hostname = k.ssl_check_hostname
+    return context
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """Faust broker credentials from the same KAFKA_* settings every client uses."""
     import faust
 
     k = settings.kafka
-    context = None
-    if k.security_protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=str(k.ssl_cafile) if k.ssl_cafile else None)
-        if k.ssl_certfile:
-            context.load_cert_chain(str(k.ssl_certfile), str(k.ssl_keyfile or "") or None)
-        context.check_hostname = k.ssl_check_hostname
+    context = ssl_context(settings)
     if k.security_protocol.startswith("SASL"):
         return faust.SASLCredentials(
             username=k.sasl_username,

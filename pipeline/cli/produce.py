@@ -16,8 +16,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from pipeline.errors import EventDecodeError, TurnstreamError
-from pipeline.produce import TurnProducer, produce_file, validate_file
+from pipeline.produce import produce_file, validate_file
 from pipeline.produce.jsonl import ProduceReport
 from pipeline.settings import load_settings
 
@@ -74,27 +73,21 @@ def produce(
                 "dead-letter the rest)"
             )
             raise typer.Exit(1)
-    with TurnProducer(settings) as producer:
-        bar, task = _progress("sending", size)
-        try:
-            with bar:
-                report = produce_file(
-                    file,
-                    producer,
-                    skip_invalid,
-                    lambda n: bar.advance(task, n),
-                    validated=not skip_invalid,
-                )
-        except EventDecodeError as exc:  # the file changed since it was validated
-            raise TurnstreamError(
-                f"{file} changed while being sent ({exc}); {producer.sent} event(s) had "
-                "already been sent"
-            ) from exc
+    bar, task = _progress("sending", size)
+    with bar:
+        report = produce_file(
+            file,
+            settings,
+            skip_invalid,
+            lambda n: bar.advance(task, n),
+            validated=not skip_invalid,
+        )
     _report_errors(report, file)
+    topics = settings.topics
     console.print(
-        f"sent {report.sent} event(s) to {producer.turns_topic}"
+        f"sent {report.sent} event(s) to {topics.chat_turns.name}"
         + (
-            f"; {report.dead_lettered} invalid line(s) sent to {producer.deadletter_topic}"
+            f"; {report.dead_lettered} invalid line(s) sent to {topics.deadletter.name}"
             if report.dead_lettered
             else ""
         ),

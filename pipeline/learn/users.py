@@ -14,12 +14,13 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from pipeline.learn.preference import Brevity, word_count
 from pipeline.learn.prompts import Prompt
+
+if TYPE_CHECKING:  # imported when users run: it takes a second to import
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class Population:
 
     async def run(self) -> None:
         """Every user's sessions, one after another, until ``stopping``."""
+        import openai
+
         async with openai.AsyncOpenAI(
             base_url=self.base_url.rstrip("/") + "/v1",
             api_key="unused",
@@ -93,6 +96,8 @@ class Population:
             await asyncio.gather(*(self._user(client, k) for k in range(self.users)))
 
     async def _user(self, client: openai.AsyncOpenAI, k: int) -> None:
+        import openai
+
         rng = random.Random(self.seed * 1_000_003 + k)
         session = 0
         while not self.stopping:

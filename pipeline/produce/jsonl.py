@@ -1,16 +1,25 @@
-"""`turnstream produce FILE.jsonl`: validate a file of input events and send it."""
+"""`turnstream produce FILE.jsonl`: validate a file of input events and send it.
+
+Every line is checked (JSON, schema, size) before anything is sent; the lines
+then go out unchanged, keyed by session_id, through the bulk producer
+(:mod:`pipeline.broker.bulk`), partitioned as :class:`TurnProducer` would.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from pipeline.errors import EventDecodeError
+from pipeline.broker.bulk import BatchSender, batch_sender
+from pipeline.errors import EventDecodeError, TurnstreamError
 from pipeline.events import Message, SessionEnd, Turn, decode_input
-from pipeline.produce.producer import TurnProducer
+from pipeline.produce.producer import dead_letter_bytes, require_topics
+from pipeline.settings import Settings
 
 Progress = Callable[[int], None]  # called with the bytes read since the last call
 
@@ -75,7 +84,7 @@ def validate_file(path: Path, max_bytes: int, progress: Progress | None = None) 
 
 def produce_file(
     path: Path,
-    producer: TurnProducer,
+    settings: Settings,
     skip_invalid: bool,
     progress: Progress | None = None,
     validated: bool = False,
@@ -87,20 +96,52 @@ def produce_file(
     are only parsed for their key here; with ``skip_invalid``, bad lines go to
     the dead-letter topic with their reason and ``file:line``.
     """
-    max_bytes = producer.topics.chat_turns.max_message_bytes
+    topics = settings.topics
+    require_topics(settings, [topics.chat_turns.name, topics.deadletter.name])
+    return asyncio.run(_produce(path, settings, skip_invalid, progress, validated))
+
+
+async def _produce(
+    path: Path,
+    settings: Settings,
+    skip_invalid: bool,
+    progress: Progress | None,
+    validated: bool,
+) -> ProduceReport:
+    turns, dead = settings.topics.chat_turns, settings.topics.deadletter
     report = ProduceReport()
-    for number, raw in iter_lines(path, progress):
-        try:
-            session_id = _session_id(raw) if validated else check_line(raw, max_bytes).session_id
-        except EventDecodeError as exc:
-            report.errors.append(LineError(number, str(exc)))
-            if not skip_invalid:
-                raise
-            producer.dead_letter_raw("produce", str(exc), f"{path}:{number}", raw)
-            report.dead_lettered += 1
-            continue
-        report.valid += 1
-        producer.send_raw(session_id, raw)
-        report.sent += 1
-    producer.flush()
+    largest = max(turns.max_message_bytes, dead.max_message_bytes)
+    async with batch_sender(settings, f"events from {path}", largest) as out:
+        for number, raw in iter_lines(path, progress):
+            try:
+                if validated:
+                    session_id = _session_id(raw)
+                else:
+                    session_id = check_line(raw, turns.max_message_bytes).session_id
+            except EventDecodeError as exc:
+                if validated:  # the file changed since it was validated
+                    raise TurnstreamError(
+                        f"{path} changed while being sent (line {number}: {exc}); "
+                        f"{report.sent} event(s) before it had been sent"
+                    ) from exc
+                report.errors.append(LineError(number, str(exc)))
+                if not skip_invalid:
+                    raise
+                await _dead_letter(out, settings, str(exc), f"{path}:{number}", raw)
+                report.dead_lettered += 1
+                continue
+            key = session_id.encode()
+            await out.add(
+                turns.name, await out.partition_for(turns.name, key), [(key, raw, None, [])]
+            )
+            report.valid += 1
+            report.sent += 1
     return report
+
+
+async def _dead_letter(
+    out: BatchSender, settings: Settings, error: str, source: str, raw: bytes
+) -> None:
+    topic = settings.topics.deadletter.name
+    value = dead_letter_bytes(settings.topics, "produce", error, source, raw, time.time())
+    await out.add(topic, await out.partition_for(topic, None), [(None, value, None, [])])

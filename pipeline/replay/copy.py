@@ -13,24 +13,25 @@ resumes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.broker.clients import consumer_config, flush_or_raise, producer
+from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.errors import ConfigError
 from pipeline.replay.ranges import TopicRange
+from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
 
 REPLAY_ID = "turnstream-replay-id"
 REPLAY_SOURCE = "turnstream-replay-source"
-FLUSH_EVERY = 20000
 SCAN_SLACK_MS = 5 * 60 * 1000
+FIRST_FETCH_BYTES = 64 * 1024  # the first record of each partition: no need for more
 
 
 @dataclass
@@ -69,131 +70,108 @@ def replay(
         replay_id or replay_id_for(source.topic, target, spans=source.describe()),
         total=source.total,
     )
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        target_parts = consumer.partitions_for_topic(target)
-        if not target_parts:
+    asyncio.run(_replay(settings, source, target, report, progress))
+    return report
+
+
+async def _replay(
+    settings: Settings,
+    source: TopicRange,
+    target: str,
+    report: ReplayReport,
+    progress: Callable[[ReplayReport], None] | None,
+) -> None:
+    largest = max(spec.max_message_bytes for spec in settings.topics)
+    async with (
+        range_consumer(settings) as consumer,
+        batch_sender(settings, f"replayed records to {target}", largest) as out,
+    ):
+        if target not in await consumer.topics():
             raise ConfigError(
                 f"target topic {target} does not exist; create it first "
                 "(`turnstream topics apply`, or your cluster's tooling)"
             )
-        same_layout = target_parts == (consumer.partitions_for_topic(source.topic) or set())
-        first_ts = _first_timestamp(consumer, source)
+        target_parts = await out.partitions(target)
+        same_layout = target_parts == await out.partitions(source.topic)
+        first_ts = await _first_timestamp(settings, source)
         scan_from = None if first_ts is None else max(0, first_ts - SCAN_SLACK_MS)
-        done = _copied_sources(consumer, target, report.replay_id, scan_from)
-        out = producer(  # a bulk copy: bigger batches than the live producers use
-            settings, max_request_size=_max_request(settings), linger_ms=50, batch_size=512 * 1024
-        )
+        done = await _copied_sources(consumer, target, target_parts, report.replay_id, scan_from)
+        rid = report.replay_id.encode()
         started = time.monotonic()
-        try:
-            sent: list[Any] = []
-            for rec in _records(consumer, source):
-                where = f"{rec.topic}/{rec.partition}/{rec.offset}"
-                if where in done:
-                    report.already_there += 1
+        async for fetched in read_range(consumer, source):
+            for tp, records in fetched.items():
+                prefix = f"{tp.topic}/{tp.partition}/"
+                fresh = (
+                    [r for r in records if prefix + str(r.offset) not in done] if done else records
+                )
+                report.already_there += len(records) - len(fresh)
+                copies = (
+                    (r.key, r.value, r.timestamp, _headers(r.headers, rid, prefix, r.offset))
+                    for r in fresh
+                )
+                if same_layout:
+                    await out.add(target, tp.partition, copies)
                 else:
-                    headers = [(k, v) for k, v in rec.headers or [] if k not in _OURS]
-                    headers += [
-                        (REPLAY_ID, report.replay_id.encode()),
-                        (REPLAY_SOURCE, where.encode()),
-                    ]
-                    sent.append(
-                        out.send(
-                            target,
-                            key=rec.key,
-                            value=rec.value,
-                            headers=headers,
-                            timestamp_ms=rec.timestamp,
-                            partition=rec.partition if same_layout else None,
-                        )
-                    )
-                    report.copied += 1
-                if len(sent) >= FLUSH_EVERY:
-                    flush_or_raise(out, sent, f"replayed records to {target}")
-                    sent = []
-                report.seconds = time.monotonic() - started
-                if progress and (report.copied + report.already_there) % 500 == 0:
-                    progress(report)
-            flush_or_raise(out, sent, f"replayed records to {target}")
-        finally:
-            out.close()
+                    for copy in copies:
+                        await out.add(target, await out.partition_for(target, copy[0]), [copy])
+                report.copied += len(fresh)
+            report.seconds = time.monotonic() - started
+            if progress:
+                progress(report)
+        await out.flush()
         report.seconds = time.monotonic() - started
         if progress:
             progress(report)
-        return report
-    finally:
-        consumer.close()
 
 
 _OURS = {REPLAY_ID, REPLAY_SOURCE}
 
 
-def _max_request(settings: Settings) -> int:
-    return max(spec.max_message_bytes for spec in settings.topics)
+def _headers(
+    headers: Sequence[tuple[str, bytes]], replay_id: bytes, prefix: str, offset: int
+) -> list[tuple[str, bytes]]:
+    """The source's headers (but an earlier replay's) and this copy's replay id and source."""
+    kept = [h for h in headers if h[0] not in _OURS] if headers else []
+    kept += [(REPLAY_ID, replay_id), (REPLAY_SOURCE, f"{prefix}{offset}".encode())]
+    return kept
 
 
-def _records(consumer: KafkaConsumer, source: TopicRange) -> Any:
-    """The records of ``source``, partition by partition spans interleaved, in offset order."""
-    tps = {
-        TopicPartition(source.topic, p): (start, end)
-        for p, (start, end) in source.spans.items()
-        if end > start
-    }
-    if not tps:
-        return
-    consumer.assign(list(tps))
-    for tp, (start, _end) in tps.items():
-        consumer.seek(tp, start)
-    open_tps = set(tps)
-    while open_tps:
-        batch = consumer.poll(timeout_ms=1000, max_records=2000)
-        for tp, records in batch.items():
-            end = tps[tp][1]
-            for rec in records:
-                if rec.offset < end:
-                    yield rec
-        for tp in list(open_tps):
-            if consumer.position(tp) >= tps[tp][1]:
-                open_tps.discard(tp)
-                consumer.pause(tp)
-
-
-def _first_timestamp(consumer: KafkaConsumer, source: TopicRange) -> int | None:
+async def _first_timestamp(settings: Settings, source: TopicRange) -> int | None:
     """The smallest timestamp among the first record of each partition's span."""
-    stamps = []
-    for p, (start, end) in source.spans.items():
-        if end <= start:
-            continue
-        tp = TopicPartition(source.topic, p)
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            records = consumer.poll(timeout_ms=500, max_records=1).get(tp)
-            if records:
-                stamps.append(records[0].timestamp)
-                break
-    consumer.assign([])
+    firsts = TopicRange(
+        source.topic,
+        {p: (start, start + 1) for p, (start, end) in source.spans.items() if end > start},
+    )
+    async with range_consumer(settings, fetch_bytes=FIRST_FETCH_BYTES) as consumer:
+        stamps = [
+            records[0].timestamp
+            async for fetched in read_range(consumer, firsts, max_records=1)
+            for records in fetched.values()
+        ]
     return min(stamps) if stamps else None
 
 
-def _copied_sources(
-    consumer: KafkaConsumer, target: str, replay_id: str, since_ms: int | None
+async def _copied_sources(
+    consumer: AIOKafkaConsumer,
+    target: str,
+    partitions: list[int],
+    replay_id: str,
+    since_ms: int | None,
 ) -> set[str]:
     """Sources already copied into ``target`` by this replay id."""
     if since_ms is None:
         return set()
-    tps = [TopicPartition(target, p) for p in consumer.partitions_for_topic(target) or []]
-    starts = consumer.offsets_for_times({tp: since_ms for tp in tps})
-    ends = consumer.end_offsets(tps)
-    spans = {
-        tp.partition: (starts[tp].offset, ends[tp]) for tp in tps if starts.get(tp) is not None
-    }
+    tps = [TopicPartition(target, p) for p in partitions]
+    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
+    ends = await consumer.end_offsets(tps)
+    spans = {tp.partition: (at.offset, ends[tp]) for tp, at in starts.items() if at is not None}
     found: set[str] = set()
     wanted = replay_id.encode()
-    for rec in _records(consumer, TopicRange(target, spans)):
-        headers = dict(rec.headers or [])
-        if headers.get(REPLAY_ID) == wanted and REPLAY_SOURCE in headers:
-            found.add(headers[REPLAY_SOURCE].decode())
+    async for fetched in read_range(consumer, TopicRange(target, spans)):
+        for records in fetched.values():
+            for rec in records:
+                headers = dict(rec.headers)
+                if headers.get(REPLAY_ID) == wanted and REPLAY_SOURCE in headers:
+                    found.add(headers[REPLAY_SOURCE].decode())
     consumer.assign([])
     return found

@@ -22,14 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from aiokafka import TopicPartition
 from kafka.admin import NewTopic
 from pydantic import ValidationError
 
-from pipeline.broker.clients import admin_client, consumer_config, flush_or_raise, producer
+from pipeline.broker.bulk import batch_sender, range_consumer
+from pipeline.broker.clients import admin_client
 from pipeline.errors import ConfigError, TurnstreamError
 from pipeline.replay.ranges import TopicRange
+from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
+
+POLL_RECORDS = 500  # judged together: a group's members within them are scored at once
 
 
 @dataclass
@@ -110,72 +114,59 @@ async def _rescore(
         rewards=plan.processor if plan else None,
         groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
     )
-    consumer = KafkaConsumer(**consumer_config(settings, group))
-    out = producer(settings, max_request_size=topics.samples_scored.max_message_bytes)
     report = RescoreReport(total=span.total)
     started = time.monotonic()
     try:
-        tps = {
-            TopicPartition(span.topic, p): (start, end)
-            for p, (start, end) in span.spans.items()
-            if end > start
-        }
-        consumer.assign(list(tps))
-        for tp, (start, _end) in tps.items():
-            committed = consumer.committed(tp)
-            position = max(start, committed or 0)
-            report.already_done += min(position, tps[tp][1]) - start
-            consumer.seek(tp, position)
-        window = asyncio.Semaphore(settings.scoring.window)
+        async with (
+            range_consumer(settings, group_id=group) as consumer,
+            batch_sender(
+                settings, f"rescored samples to {output}", topics.samples_scored.max_message_bytes
+            ) as out,
+        ):
+            todo = await _resume(consumer, span, report)
+            window = asyncio.Semaphore(settings.scoring.window)
 
-        async def judged(rec: Any) -> list[Any]:
-            async with window:
-                where = f"{rec.topic}/{rec.partition}/{rec.offset}"
-                return await stage.handle(rec.value, rec.key, where)
+            async def judged(rec: Any) -> list[Any]:
+                async with window:
+                    where = f"{rec.topic}/{rec.partition}/{rec.offset}"
+                    return await stage.handle(rec.value, rec.key, where)
 
-        while any(consumer.position(tp) < end for tp, (_s, end) in tps.items()):
-            batch = await asyncio.to_thread(consumer.poll, 1000, 500)
-            records = [r for tp, rs in batch.items() for r in rs if r.offset < tps[tp][1]]
-            results = await asyncio.gather(*(judged(r) for r in records))
-            sent: list[Any] = []
-            commit: dict[TopicPartition, int | None] = {}
-            failure: tuple[Any, Any] | None = None
-            for rec, outs in zip(records, results, strict=True):
-                tp = TopicPartition(rec.topic, rec.partition)
-                if tp in commit and commit[tp] is None:
-                    continue  # an earlier record of this partition could not be judged
-                if any(o.topic == stage.retry_topic for o in outs):
-                    commit[tp] = None
-                    failure = failure or (rec, outs)
-                    continue
-                for o in outs:
-                    topic = output if o.topic == stage.scored_topic else o.topic
-                    sent.append(out.send(topic, key=o.key, value=o.value))
-                    if o.topic == stage.scored_topic:
-                        report.scored += 1
-                    else:
-                        report.dead_lettered += 1
-                commit[tp] = rec.offset + 1
-            flush_or_raise(out, sent, f"rescored samples to {output}")
-            offsets = {tp: OffsetAndMetadata(o, "", -1) for tp, o in commit.items() if o}
-            if offsets:
-                consumer.commit(offsets)
-            report.seconds = time.monotonic() - started
-            if progress:
-                progress(report)
-            if failure is not None:
-                rec, _outs = failure
-                raise TurnstreamError(
-                    f"the judge could not be reached for {rec.topic}/{rec.partition}/"
-                    f"{rec.offset}; {report.scored} sample(s) written to {output}, progress "
-                    "committed; run the same command again to resume"
-                )
-            for tp, (_s, end) in tps.items():
-                if consumer.position(tp) >= end:
-                    consumer.pause(tp)
+            async for fetched in read_range(consumer, todo, max_records=POLL_RECORDS):
+                records = [r for rs in fetched.values() for r in rs]
+                results = await asyncio.gather(*(judged(r) for r in records))
+                commit: dict[TopicPartition, int | None] = {}
+                failure: Any = None
+                for rec, outs in zip(records, results, strict=True):
+                    tp = TopicPartition(rec.topic, rec.partition)
+                    if tp in commit and commit[tp] is None:
+                        continue  # an earlier record of this partition could not be judged
+                    if any(o.topic == stage.retry_topic for o in outs):
+                        commit[tp] = None
+                        failure = failure or rec
+                        continue
+                    for o in outs:
+                        topic = output if o.topic == stage.scored_topic else o.topic
+                        partition = await out.partition_for(topic, o.key)
+                        await out.add(topic, partition, [(o.key, o.value, None, [])])
+                        if o.topic == stage.scored_topic:
+                            report.scored += 1
+                        else:
+                            report.dead_lettered += 1
+                    commit[tp] = rec.offset + 1
+                await out.flush()
+                offsets = {tp: o for tp, o in commit.items() if o}
+                if offsets:
+                    await consumer.commit(offsets)
+                report.seconds = time.monotonic() - started
+                if progress:
+                    progress(report)
+                if failure is not None:
+                    raise TurnstreamError(
+                        f"the judge could not be reached for {failure.topic}/{failure.partition}/"
+                        f"{failure.offset}; {report.scored} sample(s) written to {output}, "
+                        "progress committed; run the same command again to resume"
+                    )
     finally:
-        out.close()
-        consumer.close()
         client = getattr(judge, "client", None)
         if client is not None:
             await client.close()
@@ -183,3 +174,14 @@ async def _rescore(
             await plan.close()
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _resume(consumer: Any, span: TopicRange, report: RescoreReport) -> TopicRange:
+    """``span`` from where this rescore's group committed (what was done before is counted)."""
+    spans = {}
+    for p, (start, end) in span.spans.items():
+        committed = await consumer.committed(TopicPartition(span.topic, p))
+        position = min(max(start, committed or 0), max(start, end))
+        report.already_done += position - start
+        spans[p] = (position, end)
+    return TopicRange(span.topic, spans)

@@ -145,3 +145,13 @@ def test_a_consistent_scoring_setup_loads(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TURNSTREAM_SCORING_VOTE_MODE", "early_stop")
     scoring = load_settings().scoring
     assert scoring.judge_urls == ["http://j:1", "http://j:2"] and scoring.m == 3
+
+
+def test_a_malformed_bootstrap_string_says_what_is_expected() -> None:
+    from pipeline.produce import TurnProducer
+
+    for bad in ("localhost", "http://broker:9092", "broker:port", "a:9092,b"):
+        with pytest.raises(ConfigError, match=r"expected host:port\[,host:port\.\.\.\]"):
+            TurnProducer.connect(bad)
+    with pytest.raises(ConfigError, match=r"bootstrap servers .nohost.: expected host:port"):
+        load_settings(kafka={"bootstrap_servers": "nohost"})

@@ -149,10 +149,12 @@ class OffsetGuard:
 
 
 def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:
-    """A guard that asks the broker for the group's offsets and reads with kafka-python."""
+    """A guard that asks the broker for the group's offsets and reads with the range reader."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pipeline.broker.clients import admin_client, consumer_config
+    from pipeline.replay.ranges import TopicRange
+    from pipeline.replay.reader import read_span
 
     def start_offsets(_keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         admin = admin_client(settings)
@@ -174,27 +176,13 @@ def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:
             admin.close()
 
     def read_range(topic: str, partition: int, first: int, end: int) -> list[Record]:
-        consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-        tp = TopicPartition(topic, partition)
-        try:
-            consumer.assign([tp])
-            consumer.seek(tp, first)
-            out: list[Record] = []
-            deadline = time.monotonic() + 120
-            while consumer.position(tp) < end:
-                if time.monotonic() > deadline:  # fail loudly: the records must not be skipped
-                    raise BrokerError(
-                        f"could not read {topic}/{partition} offsets {first}..{end - 1} back "
-                        f"within 120s (got {len(out)})"
-                    )
-                batch = consumer.poll(timeout_ms=1000).get(tp, [])
-                out += [
-                    Record(topic, partition, r.offset, r.key, r.value)
-                    for r in batch
-                    if r.offset < end
-                ]
-            return out
-        finally:
-            consumer.close()
+        span = TopicRange(topic, {partition: (first, end)})
+        try:  # fail loudly: the records must not be skipped
+            records = read_span(settings, span)
+        except BrokerError as exc:
+            raise BrokerError(
+                f"could not read {topic}/{partition} offsets {first}..{end - 1} back: {exc}"
+            ) from exc
+        return [Record(topic, partition, r.offset, r.key, r.value) for r in records]
 
     return OffsetGuard(start_offsets, read_range)
