@@ -59,7 +59,7 @@ class KafkaSettings(BaseSettings):
             if not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(
                     f"bootstrap servers {value!r}: expected host:port[,host:port...] "
-                    f"(e.g. localhost:9092), got {server.strip()!r}"
+                    f"(e.g. localhost:9092); {server.strip()!r} is not host:port"
                 )
         return value
 
@@ -386,5 +386,20 @@ def load_settings(**overrides: Any) -> Settings:
 
     try:
         return Settings(**overrides)
-    except (ValidationError, SettingsError) as exc:
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{_variable(exc.title, e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc
+    except SettingsError as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc
+
+
+def _variable(model: str, loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a field (``TURNSTREAM_SCORING_M``), else its path."""
+    cls = next((c for c in BaseSettings.__subclasses__() if c.__name__ == model), None)
+    prefix = cls.model_config.get("env_prefix") if cls is not None else None
+    if prefix is not None and len(loc) == 1:
+        return f"{prefix}{loc[0]}".upper()
+    return ".".join(str(part) for part in (model, *loc))

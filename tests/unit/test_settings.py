@@ -155,3 +155,19 @@ def test_a_malformed_bootstrap_string_says_what_is_expected() -> None:
             TurnProducer.connect(bad)
     with pytest.raises(ConfigError, match=r"bootstrap servers .nohost.: expected host:port"):
         load_settings(kafka={"bootstrap_servers": "nohost"})
+
+
+def test_an_invalid_setting_is_named_by_its_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TURNSTREAM_SCORING_M", "0")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "invalid settings: TURNSTREAM_SCORING_M: Input should be greater than or equal to 1"
+    )
+    monkeypatch.delenv("TURNSTREAM_SCORING_M")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "localhost:90x2")
+    with pytest.raises(ConfigError, match="^invalid settings: KAFKA_BOOTSTRAP_SERVERS: .* "
+                       "'localhost:90x2' is not host:port$"):  # fmt: skip
+        load_settings()
