@@ -168,6 +168,6 @@ def test_an_invalid_setting_is_named_by_its_environment_variable(
     )
     monkeypatch.delenv("TURNSTREAM_SCORING_M")
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "localhost:90x2")
-    with pytest.raises(ConfigError, match="^invalid settings: KAFKA_BOOTSTRAP_SERVERS: .* "
-                       "'localhost:90x2' is not host:port$"):  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^invalid settings: KAFKA_BOOTSTRAP_SERVERS: .* "
+                       r"'localhost:90x2' is not host:port$"):  # fmt: skip
         load_settings()
