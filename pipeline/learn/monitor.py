@@ -52,7 +52,7 @@ class JudgeTally:
 
     samples: int = 0
     votes: int = 0
-    failed: int = 0  # votes without a score the judge was asked for (no \\boxed{})
+    failed: int = 0  # votes without a score the judge was asked for (no \boxed{})
     backend: str = ""
     urls: list[str] = field(default_factory=list)
 
