@@ -137,6 +137,18 @@ class BatchSender:
                 append = batch.append
                 append(key=key, value=value, timestamp=timestamp_ms, headers=headers)
 
+    async def add_keyed(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        headers: list[Header] | None = None,
+    ) -> None:
+        """One record to the partition its key picks (see :meth:`partition_for`)."""
+        partition = await self.partition_for(topic, key)
+        await self.add(topic, partition, [(key, value, timestamp_ms, headers or [])])
+
     async def partition_for(self, topic: str, key: bytes | None) -> int:
         """The partition kafka-python's and Java's default partitioner pick for ``key``
         (a random one for no key)."""

@@ -131,9 +131,7 @@ async def _produce(
                 report.dead_lettered += 1
                 continue
             key = session_id.encode()
-            await out.add(
-                turns.name, await out.partition_for(turns.name, key), [(key, raw, None, [])]
-            )
+            await out.add_keyed(turns.name, key, raw)
             report.valid += 1
             report.sent += 1
     return report
@@ -144,4 +142,4 @@ async def _dead_letter(
 ) -> None:
     topic = settings.topics.deadletter.name
     value = dead_letter_bytes(settings.topics, "produce", error, source, raw, time.time())
-    await out.add(topic, await out.partition_for(topic, None), [(None, value, None, [])])
+    await out.add_keyed(topic, None, value)

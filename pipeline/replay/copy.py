@@ -112,8 +112,8 @@ async def _replay(
                 if same_layout:
                     await out.add(target, tp.partition, copies)
                 else:
-                    for copy in copies:
-                        await out.add(target, await out.partition_for(target, copy[0]), [copy])
+                    for key, value, timestamp_ms, headers in copies:
+                        await out.add_keyed(target, key, value, timestamp_ms, headers)
                 report.copied += len(fresh)
             report.seconds = time.monotonic() - started
             if progress:

@@ -146,8 +146,7 @@ async def _rescore(
                         continue
                     for o in outs:
                         topic = output if o.topic == stage.scored_topic else o.topic
-                        partition = await out.partition_for(topic, o.key)
-                        await out.add(topic, partition, [(o.key, o.value, None, [])])
+                        await out.add_keyed(topic, o.key, o.value)
                         if o.topic == stage.scored_topic:
                             report.scored += 1
                         else:
