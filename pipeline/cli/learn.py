@@ -16,6 +16,7 @@ from pipeline.settings import load_settings
 
 console = Console(soft_wrap=True)
 DEFAULTS = LearnOptions()
+BASELINES = ("none", "mean", "mean_std", "leave_one_out")
 
 
 def learn(
@@ -24,6 +25,11 @@ def learn(
     steps: int = typer.Option(DEFAULTS.steps, help="trainer steps (one weight push each)"),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="samples per trainer step"),
     lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
+    baseline: str = typer.Option(
+        DEFAULTS.baseline,
+        help="reward baseline of each trainer step: none (the raw score), mean, mean_std or "
+        "leave_one_out (each sample's score relative to the rest of its step)",
+    ),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
         DEFAULTS.max_words, help="the users' preference: at most N words"
@@ -67,8 +73,13 @@ def learn(
     off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
     everything it started.
     """
+    if baseline not in BASELINES:
+        raise typer.BadParameter(
+            f"{baseline!r}: choose one of {', '.join(BASELINES)}", param_hint="--baseline"
+        )
     options = LearnOptions(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
+        baseline=baseline,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
         control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,

@@ -24,6 +24,7 @@ class LearnOptions:
     batch_size: int = 8
     micro_batch_size: int = 8
     lr: float = 2e-4
+    baseline: str = "none"  # the trainer's step_baseline: none, mean, mean_std or leave_one_out
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
     max_ahead: int | None = None  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
@@ -51,6 +52,7 @@ class LearnOptions:
             "rollout_batch_size": self.batch_size,
             "micro_batch_size": self.micro_batch_size,
             "lr": self.lr,
+            "step_baseline": self.baseline,
             "weight_decay": 0.0,
             "max_steps": self.steps,
             "update_weights_interval": 1,

@@ -7,6 +7,7 @@ positions ``P .. P+R-1`` of its ids, so their log-probs are at ``P-1 .. P+R-2``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -202,6 +203,25 @@ def collate_topk(
         logprobs[i, start : start + len(rows)] = torch.tensor([[lp for lp, _t in r] for r in rows])
         has[i] = True
     return ids, logprobs, has
+
+
+def step_baseline(samples: Sequence[TokenizedSample], method: str) -> list[TokenizedSample]:
+    """The step's samples with each reward taken relative to the others' (``method`` as in
+    :func:`~pipeline.rewards.group.group_advantages`); ``none`` leaves them as they are.
+
+    Pads and samples without a response token train on nothing, so they neither take part
+    in the baseline nor get one.
+    """
+    if method == "none":
+        return list(samples)
+    from pipeline.rewards.group import group_advantages
+
+    counted = [i for i, s in enumerate(samples) if s.response_ids]
+    advantages = group_advantages([samples[i].reward for i in counted], method)  # type: ignore[arg-type]
+    out = list(samples)
+    for i, advantage in zip(counted, advantages, strict=True):
+        out[i] = dataclasses.replace(samples[i], reward=advantage)
+    return out
 
 
 def step_totals(samples: Sequence[TokenizedSample]) -> tuple[int, int]:

@@ -63,6 +63,12 @@ class TrainerConfig:
         "grouped samples (group_scores): rl reward relative to their group, as r - mean, "
         "(r - mean) / std (GRPO) or r - mean of the others (RLOO); none = the raw score",
     )
+    step_baseline: Literal["none", "mean", "mean_std", "leave_one_out"] = opt(
+        "none",
+        "rl reward relative to the other samples of the same optimizer step (a baseline for "
+        "ungrouped samples, as REINFORCE with a batch baseline): r - mean, (r - mean) / std or "
+        "r - mean of the others; none = the raw score (the reference's behaviour)",
+    )
     kl_coef: float = opt(0.0, "KL-to-reference coefficient (0 = no reference model)")
     kl_kind: Literal["k1", "k3"] = opt("k3", "KL estimator")
     entropy_coef: float = opt(0.0, "entropy bonus coefficient")
@@ -134,6 +140,12 @@ class TrainerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.topk_distill_coef and self.mode == "rl":
             raise ValueError("topk_distill_coef needs a teacher: use mode opd or combine")
+        if self.step_baseline != "none" and self.group_advantage != "none":
+            raise ValueError(
+                "step_baseline and group_advantage both subtract a baseline; set one of them"
+            )
+        if self.step_baseline != "none" and self.mode == "opd":
+            raise ValueError("step_baseline applies to the rl reward: use mode rl or combine")
         if self.tis_clip < 1.0:
             raise ValueError(f"tis_clip must be >= 1, got {self.tis_clip}")
         if self.train_top_layers is not None and self.train_top_layers < 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pipeline.broker.clients import producer
 from pipeline.deadletters import DeadLetters
 from pipeline.replay.ranges import TopicRange
 from pipeline.settings import Settings
-from pipeline.training.batch import TokenizedSample, micro_batches, step_totals
+from pipeline.training.batch import TokenizedSample, micro_batches, step_baseline, step_totals
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag
 from pipeline.training.config import TrainerConfig
 from pipeline.training.intake import Intake
@@ -178,11 +178,14 @@ class Trainer:
     def _step(self, out: KafkaProducer) -> None:
         samples = self.intake.take_batch()
         tokens, count = step_totals(samples)
-        shards = self._shards(samples)
+        shards = self._shards(step_baseline(samples, self.config.step_baseline))
         tag = step_tag(self.state.step + 1)
         message = {"kind": "step", "shards": shards, "tokens": tokens, "samples": count}
         self._broadcast({**message, "tag": tag})
         metrics = self.engine.train_step(self._micro_batches(shards[0]), tokens, count)
+        if self.config.step_baseline != "none":  # report the scores, not their advantages
+            scores = [s.reward for s in samples if s.response_ids]
+            metrics = replace(metrics, reward_mean=sum(scores) / max(len(scores), 1))
         versions = [s.policy_version for s in samples if s.policy_version is not None]
         staleness = (
             sum(self.state.policy_version - v for v in versions) / len(versions)

@@ -17,6 +17,7 @@ from pipeline.training.batch import (
     collate,
     micro_batches,
     padding_fraction,
+    step_baseline,
     step_totals,
     tokenize_sample,
 )
@@ -235,3 +236,19 @@ def test_top_k_ids_outside_the_policy_vocabulary_are_no_signal(tiny_tokenizer: P
 def test_step_totals_count_tokens_and_samples_with_tokens() -> None:
     pad = TokenizedSample("__pad__", [1], [], 0.0, None, None, None)
     assert step_totals([ts("a", 3, 2), ts("b", 1, 4), pad]) == (6, 2)
+
+
+def test_a_step_baseline_takes_each_reward_relative_to_the_rest_of_its_step() -> None:
+    import dataclasses
+
+    pad = TokenizedSample("__pad__", [1], [], 0.0, None, None, None)
+    step = [dataclasses.replace(ts(f"s{i}", 2, 2), reward=r) for i, r in enumerate([1, -1, -1, -1])]
+    assert step_baseline([*step, pad], "none") == [*step, pad]
+    mean = step_baseline([*step, pad], "mean")
+    assert [s.reward for s in mean] == [1.5, -0.5, -0.5, -0.5, 0.0]  # the pad takes no part
+    assert [s.sample_id for s in mean] == ["s0", "s1", "s2", "s3", "__pad__"]
+    loo = step_baseline(step, "leave_one_out")
+    assert [s.reward for s in loo] == pytest.approx([2.0, -2 / 3, -2 / 3, -2 / 3])
+    failed = [dataclasses.replace(s, reward=-1.0) for s in step]
+    assert [s.reward for s in step_baseline(failed, "mean")] == [0.0] * 4  # nothing to learn
+    assert [s.reward for s in step] == [1, -1, -1, -1]  # the step's own samples are unchanged

@@ -304,3 +304,34 @@ def test_a_stop_during_the_outage_leaves_the_dead_letters_to_the_restart(
     t.requests.stop = False  # a refusal that waiting cannot cure still fails loudly
     with pytest.raises(BrokerError, match="could not be delivered"):
         t._checkpoint_and_commit(refused, [])  # type: ignore[arg-type]
+
+
+class RecordingEngine(FakeEngine):
+    """A FakeEngine that keeps the rewards each step trained with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rewards: list[list[float]] = []
+
+    def train_step(self, batches: list, tokens: int, samples: int) -> StepMetrics:
+        self.rewards.append(sorted(r for mb in batches for r in mb.rewards.tolist()))
+        return super().train_step(batches, tokens, samples)
+
+
+def test_a_step_baseline_trains_on_advantages_and_reports_the_scores(tmp_path: Path) -> None:
+    engine, out = RecordingEngine(), OutageProducer()
+    config = TrainerConfig(
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        rollout_batch_size=4,
+        update_weights_interval=0,
+        metrics_jsonl=str(tmp_path / "metrics.jsonl"),
+        step_baseline="mean",
+    )
+    t = Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
+    t.source.consumer = FlakyConsumer(failures=0)
+    scores = [1.0, -1.0, -1.0, -1.0]
+    samples = [sample(i).model_copy(update={"score": s}) for i, s in enumerate(scores)]
+    poll(t, [rec(s, i) for i, s in enumerate(samples)], out)
+    assert engine.rewards == [[-0.5, -0.5, -0.5, 1.5]]  # score - the step's mean
+    [row] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert row["reward_mean"] == -0.5  # the scores' mean, not the advantages' (0)

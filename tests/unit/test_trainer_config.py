@@ -88,6 +88,9 @@ def test_loss_aggregation_defaults_to_the_references_and_help_says_so() -> None:
         ("mode: rl\ntopk_distill_coef: 0.5\n", "topk_distill_coef needs a teacher"),
         ("tis_clip: 0.5\n", "tis_clip must be >= 1"),
         ("loss_agg: sum\n", "option loss_agg"),
+        ("step_baseline: mean\ngroup_advantage: mean\n", "set one of them"),
+        ("mode: opd\nstep_baseline: mean\n", "step_baseline applies to the rl reward"),
+        ("step_baseline: median\n", "option step_baseline"),
     ],
 )
 def test_loss_options_are_checked(tmp_path: Path, yaml_text: str, message: str) -> None:
