@@ -68,6 +68,7 @@ bench: setup kafka-jars model
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/proxy.py
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/reads.py
 	$(BIN)/python benchmarks/saturation.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/scaleout.py

@@ -6,21 +6,30 @@ partition; a checkpoint's positions win over everything else on restart.
 ``LiveSource`` follows samples.scored from its group's committed offsets and
 is bounded only on request (``--until-end``, SIGUSR1). ``RangeSource`` reads
 exactly a :class:`TopicRange`, partition after partition in offset order, so
-the same range and seed give the same batches.
+the same range and seed give the same batches; it reads through the shared
+range reader (aiokafka) in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import queue
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from pipeline.broker.bulk import range_consumer
 from pipeline.broker.clients import consumer_config
 from pipeline.errors import BrokerError
 from pipeline.replay.ranges import TopicRange
+from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
 from pipeline.training.checkpoint import commit_waiting
+
+FETCH_RECORDS = 2_000  # records handed to the trainer at once (a few fetches wait ahead)
 
 
 def open_consumer(settings: Settings, group: str, topic: str) -> tuple[KafkaConsumer, set[int]]:
@@ -89,7 +98,13 @@ class LiveSource:
 
 
 class RangeSource:
-    """Exactly ``span``, one partition at a time in offset order, under its own group."""
+    """Exactly ``span``, one partition at a time in offset order, under its own group.
+
+    The records come from the shared range reader
+    (:func:`~pipeline.replay.reader.read_range`, aiokafka's large fetches) in a
+    background thread, a few fetches ahead of the trainer; the kafka-python
+    consumer only commits the group's offsets.
+    """
 
     bounded = True
 
@@ -100,50 +115,116 @@ class RangeSource:
         self.topic = span.topic
         self.positions = dict(positions)
         self.consumer: Any = None
-        self.tps: list[TopicPartition] = []
-        self.ends: dict[TopicPartition, int] = {}
+        self.ends = {p: end for p, (start, end) in span.spans.items() if end > start}
+        self._reader: PartitionsInOrder | None = None
 
     def open(self) -> None:
         self.consumer, _parts = open_consumer(self.settings, self.group, self.topic)
-        spans = self.span.spans
-        self.tps = [
-            TopicPartition(self.topic, p) for p in sorted(spans) if spans[p][1] > spans[p][0]
-        ]
-        self.ends = {tp: spans[tp.partition][1] for tp in self.tps}
-        self.consumer.assign(self.tps)
-        for tp in self.tps:
-            self.consumer.seek(tp, self.positions.get(tp.partition, spans[tp.partition][0]))
+        todo = {
+            p: (self.position(p), end) for p, end in self.ends.items() if self.position(p) < end
+        }
+        self._reader = PartitionsInOrder(self.settings, TopicRange(self.topic, todo))
 
     def bound_to_current_end(self) -> None:
         """A range is bounded already."""
 
-    def position(self, tp: TopicPartition) -> int:
-        """The next offset to accept (the fetch position can run past the range's end)."""
-        return self.positions.get(tp.partition, self.span.spans[tp.partition][0])
+    def position(self, partition: int) -> int:
+        """The next offset of ``partition`` to accept."""
+        return self.positions.get(partition, self.span.spans[partition][0])
 
     def poll(self, timeout_ms: int) -> list[Any]:
-        """Records of the first unfinished partition, up to the range's end."""
-        current = next((tp for tp in self.tps if self.position(tp) < self.ends[tp]), None)
-        self.consumer.pause(*[tp for tp in self.tps if tp != current])
-        if current is not None:
-            self.consumer.resume(current)
-        out: list[Any] = []
-        for tp, records in self.consumer.poll(timeout_ms=timeout_ms).items():
-            out.extend(rec for rec in records if rec.offset < self.ends[tp])
-        for tp in self.tps:  # offsets without records (deleted, compacted) are passed too
-            if self.consumer.position(tp) >= self.ends[tp]:
-                self.positions[tp.partition] = max(self.position(tp), self.ends[tp])
-        return out
+        """The next records of the first unfinished partition, up to the range's end."""
+        if self._reader is None:
+            return []
+        got = self._reader.get(timeout_ms / 1000)
+        if isinstance(got, PartitionEnd):  # offsets without records (compacted) are passed too
+            self.positions[got.partition] = max(self.position(got.partition), got.end)
+            return []
+        return got
 
     def passed(self, rec: Any) -> None:
         self.positions[rec.partition] = max(self.positions.get(rec.partition, 0), rec.offset + 1)
 
     def at_end(self) -> bool:
-        return all(self.position(tp) >= self.ends[tp] for tp in self.tps)
+        return all(self.position(p) >= end for p, end in self.ends.items())
 
     def commit(self, offsets: dict[int, int], stop: Callable[[], bool]) -> None:
         commit_waiting(self.consumer, self.topic, offsets, stop)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         if self.consumer is not None:
             self.consumer.close()
+
+
+@dataclass(frozen=True)
+class PartitionEnd:
+    """Every record of ``partition`` before ``end`` has been handed out."""
+
+    partition: int
+    end: int
+
+
+class PartitionsInOrder:
+    """A thread reading ``span`` partition after partition, records in offset order.
+
+    :meth:`get` hands out one fetch's records at a time, then a
+    :class:`PartitionEnd` per partition; at most ``ahead`` of them wait in the
+    queue. An error of the reader (a stalled range, the broker gone) is raised
+    by :meth:`get`.
+    """
+
+    def __init__(self, settings: Settings, span: TopicRange, ahead: int = 4) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._read(settings, span)), name="range-reader", daemon=True
+        )
+        self._thread.start()
+
+    async def _read(self, settings: Settings, span: TopicRange) -> None:
+        try:
+            async with range_consumer(settings) as consumer:
+                for p in sorted(span.spans):
+                    one = TopicRange(span.topic, {p: span.spans[p]})
+                    async for fetched in read_range(consumer, one, max_records=FETCH_RECORDS):
+                        for records in fetched.values():
+                            if not await self._put(records):
+                                return
+                    if not await self._put(PartitionEnd(p, span.spans[p][1])):
+                        return
+            await self._put(None)
+        except Exception as exc:  # handed to the trainer's thread, raised by get()
+            await self._put(exc)
+
+    async def _put(self, item: Any) -> bool:
+        """Queue ``item`` when there is room; False once closed."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put_nowait(item)
+                return True
+            except queue.Full:
+                await asyncio.sleep(0.01)
+        return False
+
+    def get(self, timeout_s: float) -> list[Any] | PartitionEnd:
+        """The next fetch's records or partition end; [] after ``timeout_s`` or at the end."""
+        if self._done:
+            return []
+        try:
+            item = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return []
+        if item is None:
+            self._done = True
+            return []
+        if isinstance(item, Exception):
+            self._done = True
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
