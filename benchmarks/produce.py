@@ -3,10 +3,10 @@
 Both send the same N input events (key = session_id, acks=all, idempotent,
 the codec of --compression: gzip by default) to fresh topics on the same
 broker; the time is wall-clock for the whole command, including turnstream's
-validation pass. Python's clients compress gzip at level 9, librdkafka at
-zlib's default (6): on this repetitive text level 9 is several times slower, so
-``--compression none`` compares the clients alone. Prints a table and writes
-benchmarks/results/produce.json.
+validation pass. gzip is at zlib's default level 6 on both sides (librdkafka's
+default, and TURNSTREAM_PRODUCER_GZIP_LEVEL's; the Python clients alone would
+use 9, several times slower); ``--compression none`` compares the clients
+without zlib. Prints a table and writes benchmarks/results/produce.json.
 
     python benchmarks/produce.py [--events 100000] [--compression gzip]
 """
@@ -135,6 +135,7 @@ def run(settings: Settings, n: int, workdir: Path, codec: str) -> dict:
     return {
         "events": n,
         "compression": codec,
+        "gzip_level": settings.producer_gzip_level,
         "file_bytes": events.stat().st_size,
         "turnstream_produce_s": round(t_ours, 3),
         "turnstream_events_per_s": round(n / t_ours),

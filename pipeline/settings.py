@@ -315,6 +315,9 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("", description="prepended to every topic name (namespaces, tests)")
     client_id: str = "turnstream"
     producer_compression: Literal["gzip", "none", "lz4", "snappy", "zstd"] = "gzip"
+    producer_gzip_level: int = Field(
+        6, ge=1, le=9, description="zlib level of gzip batches (6: zlib's and librdkafka's default)"
+    )
     producer_linger_ms: int = Field(5, ge=0)
     kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings())
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())

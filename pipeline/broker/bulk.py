@@ -25,6 +25,7 @@ from pipeline.broker.clients import (
     ssl_context,
     unreachable,
 )
+from pipeline.broker.gzip_level import use_gzip_level
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 
@@ -85,6 +86,7 @@ async def batch_sender(
     ``compression`` defaults to TURNSTREAM_PRODUCER_COMPRESSION.
     """
     codec = compression or settings.producer_compression
+    use_gzip_level(settings.producer_gzip_level)
     producer = AIOKafkaProducer(
         **aiokafka_config(settings),
         acks="all",

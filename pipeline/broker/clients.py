@@ -10,6 +10,7 @@ from kafka.net.compat import KafkaNetClient
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 
+from pipeline.broker.gzip_level import use_gzip_level
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 
@@ -150,6 +151,7 @@ def check_access(settings: Settings) -> None:
 
 def producer(settings: Settings, max_request_size: int, **overrides: Any) -> KafkaProducer:
     """An idempotent, acks=all producer; callers key by session_id."""
+    use_gzip_level(settings.producer_gzip_level)
     options: dict[str, Any] = {
         **kafka_python_config(settings),
         "acks": "all",

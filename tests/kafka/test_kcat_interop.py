@@ -12,8 +12,9 @@ from pipeline.events import Message, Turn, decode_input
 from pipeline.produce import TurnProducer
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from tests.conftest import REPO
 from tests.eventfiles import turn
-from tests.kafka.helpers import read_all
+from tests.kafka.helpers import read_all, turnstream
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
@@ -87,3 +88,22 @@ def test_kcat_reads_what_turn_producer_sent(settings: Settings, kcat: str) -> No
     assert len(rows) == 5
     assert {key for key, _ in rows} == {b"p-7"}
     assert sorted(orjson.loads(value)["turn_index"] for _, value in rows) == list(range(5))
+
+
+@pytest.mark.parametrize("level", ["1", "9"])
+def test_kcat_reads_gzip_batches_produce_file_wrote_at_a_level(
+    settings: Settings, cli_env: dict[str, str], kcat: str, level: str
+) -> None:
+    admin.apply(settings)
+    env = {**cli_env, "TURNSTREAM_PRODUCER_COMPRESSION": "gzip",
+           "TURNSTREAM_PRODUCER_GZIP_LEVEL": level}  # fmt: skip
+    result = turnstream("produce", str(REPO / "examples" / "sessions.jsonl"), env=env)
+    assert result.returncode == 0, result.stderr
+    out = subprocess.run(
+        [kcat, "-C", "-b", settings.bootstrap_servers, "-t", settings.topics.chat_turns.name,
+         "-e", "-q", "-f", "%s\n"],
+        capture_output=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    events = [decode_input(line) for line in out.splitlines() if line]
+    assert len(events) == 310
+    assert len({e.session_id for e in events}) > 1
