@@ -125,7 +125,14 @@ class Captured:
 
     @property
     def empty(self) -> bool:
-        return not self.content and not self.tool_calls
+        """No answer at all (no choice came back). An answer that ended at once, with no
+        text, is not empty: ending the turn was the policy's action, and it is trained."""
+        return (
+            not self.content
+            and not self.tool_calls
+            and not self.token_ids
+            and self.finish_reason is None
+        )
 
 
 def _logprob_values(logprobs: Any) -> list[float] | None:

@@ -31,6 +31,7 @@ from aiohttp import web
 
 MODEL = "policy-sim"
 VOCAB = 32000
+SILENT = "[end your turn at once]"  # a user message with it gets an empty, finished answer
 
 
 @dataclass
@@ -134,6 +135,8 @@ class PolicySimulator:
             args = orjson.dumps({"query": last_user[:40]}).decode()
             pieces = [args[i : i + 8] for i in range(0, len(args), 8)]
             return {"tool": tool, "arguments": args, "pieces": pieces}
+        if SILENT in last_user:  # a policy that ends its turn at once: no text, finished
+            return {"pieces": [], "finish": "stop"}
         pieces = _words(f"Here is my answer to: {last_user[:60] or 'your message'}")
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if isinstance(limit, int) and limit < len(pieces):

@@ -23,6 +23,7 @@ from pipeline.broker.local import free_port_pair
 from pipeline.events import DeadLetter, SessionEnd, Turn, decode_as, decode_input
 from pipeline.proxy.sink import EventSink
 from pipeline.settings import Settings
+from pipeline.testing.policy_sim import SILENT
 from pipeline.topics import admin
 from tests.kafka.helpers import read_all, spawn, wait_http
 
@@ -186,6 +187,29 @@ def test_openai_sdk_turns_stream_through_the_proxy_into_kafka(
     assert health["kafka"]["delivered"] == 5 and health["kafka"]["spooled"] == 0
     metrics = urllib.request.urlopen(proxy + "/metrics").read().decode()
     assert 'turnstream_proxy_turns_total{session="given",turn_type="main"} 3.0' in metrics
+
+
+def test_an_answer_that_ends_at_once_is_recorded_as_the_policys_turn(
+    settings: Settings, stack: Callable[..., tuple[str, str]]
+) -> None:
+    # A policy that learns brevity may end its turn with no text: that is its action, and
+    # the user's reply to it is the evidence that trains it. Dropping it would hide it from
+    # the judge and the trainer (and leave the user's next state without its turn).
+    _sim, proxy = stack(token_ids="true")
+    client = openai.OpenAI(base_url=proxy + "/v1", api_key="unused", max_retries=0)
+    headers = {"X-Session-Id": "quiet-1", **MAIN}
+    asked = [{"role": "user", "content": f"hi {SILENT}"}]
+    plain = client.chat.completions.create(model="m", messages=asked, extra_headers=headers)
+    assert plain.choices[0].message.content == "" and plain.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(
+        model="m", messages=asked, stream=True, extra_headers=headers
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ""
+    turns = turns_of(settings, 2)
+    assert [(t.turn_index, t.response.finish_reason) for t in turns] == [(0, "stop"), (1, "stop")]
+    assert not any(t.response.content or t.response.tool_calls for t in turns)
+    health = json.loads(urllib.request.urlopen(proxy + "/healthz").read())
+    assert health["turns_recorded"] == 2 and health["not_recorded"] == {}
 
 
 def test_errors_are_passed_through_and_record_nothing(

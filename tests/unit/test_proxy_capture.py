@@ -152,6 +152,12 @@ def test_non_streamed_completion_is_captured() -> None:
     del sglang["choices"][0]["token_ids"]
     assert from_completion(sglang) == Captured("ok", None, [-0.5], [42], [1, 2], "stop")
     assert from_completion({"choices": []}).empty
+    # a policy that ends its turn at once answered: "" is its action, recorded and trained
+    ended = {
+        "choices": [{"message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]
+    }
+    assert not from_completion(ended).empty
+    assert not from_completion({"choices": [{"message": {}, "token_ids": [2]}]}).empty
     broken = {"choices": [{"message": {"content": "x"}, "logprobs": {"content": [{"x": 1}]}}]}
     assert from_completion(broken).logprobs is None  # an entry without a log-prob: none kept
 

@@ -167,3 +167,27 @@ def test_the_worker_tracks_the_judges_length_bias_without_reward_processors() ->
     assert value is not None and -1.0 <= value <= 1.0
     labels = {"processor": "judge", "method": "spearman"}
     assert REGISTRY.get_sample_value("turnstream_reward_length_bias", labels) == value
+
+
+def test_an_answer_with_no_text_is_judged_and_trains_its_end_of_turn_token(
+    tiny_tokenizer: Path,
+) -> None:
+    from transformers import AutoTokenizer
+
+    from pipeline.training.batch import tokenize_sample
+    from pipeline.turn_tokens import end_of_turn_id
+
+    pair = paired()
+    ended = pair.turn.model_copy(
+        update={"response": Response(content=None, finish_reason="stop"), "response_ids": []}
+    )
+    reply = NextState(role="user", content="No, too long. Try again, shorter please.")
+    pair = pair.model_copy(update={"turn": ended, "next_state": reply})
+    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl")
+    [out] = asyncio.run(stage.handle(encode(pair), b"s1", "turns.paired/0/0"))
+    sample = decode_as(Sample, out.value)
+    assert out.topic == SETTINGS.topics.samples_scored.name
+    assert sample.loss_mask == 1 and sample.score == -1.0
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer)
+    trained = tokenize_sample(sample, tok, 64)
+    assert trained.response_ids == [end_of_turn_id(tok)]  # the action: ending the turn
