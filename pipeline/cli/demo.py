@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.demo import DemoReport, run_demo
 from pipeline.settings import load_settings, shipped_file
+
+if TYPE_CHECKING:
+    from pipeline.demo import DemoReport
 
 console = Console(soft_wrap=True)
 
@@ -55,6 +58,8 @@ def demo(
     settings = load_settings()
     sessions = sessions or shipped_file("examples/sessions.jsonl", "sessions.jsonl")
     try:
+        from pipeline.demo import run_demo  # the recorded demo's stack: only when run
+
         report = run_demo(settings, sessions, workdir, console, keep_broker, timeout)
     except KeyboardInterrupt:
         console.print("\ninterrupted: stopped everything this demo started")

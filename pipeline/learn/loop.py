@@ -67,6 +67,32 @@ class Users:
         self._thread.join(timeout=timeout_s)
 
 
+STALL_S = 600.0  # users held back this long while nothing moves: the run cannot go on
+
+
+class Stall:
+    """Raises when the users are held back (``max_ahead``) and nothing has moved for
+    ``limit_s``: no turn served, no sample scored, trained or excluded, no step."""
+
+    def __init__(self, limit_s: float = STALL_S, clock: Callable[[], float] = time.monotonic):
+        self.limit_s, self.clock = limit_s, clock
+        self.mark: tuple[int, ...] | None = None
+        self.since = clock()
+
+    def check(self, paused: bool, progress: tuple[int, ...], waiting: int) -> None:
+        now = self.clock()
+        if not paused or progress != self.mark:
+            self.mark, self.since = progress, now
+            return
+        if now - self.since > self.limit_s:
+            raise TurnstreamError(
+                f"the users have waited {now - self.since:.0f}s for the trainer and nothing "
+                f"moved: {waiting} served turn(s) have no trained or excluded sample yet. A turn "
+                "the capture proxy did not record never gets one (its /healthz counts them under "
+                "not_recorded); the worker's and trainer's logs say where the others are"
+            )
+
+
 @dataclass
 class Watched:
     """Child processes that must stay up while the loop runs: name -> (process, log)."""
@@ -131,6 +157,7 @@ def follow(
 ) -> None:
     """Live view until ``done()``; at most ``max_ahead`` sessions are ahead of the trainer
     (started, and their sample neither trained nor excluded)."""
+    stall = Stall()
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while True:
             monitor.poll()
@@ -138,7 +165,11 @@ def follow(
             if users.error is not None:
                 raise TurnstreamError(f"the simulated users stopped: {users.error!r}")
             if max_ahead is not None:
-                users.population.allowed = settled(users.turns, monitor) + max_ahead
+                turns = users.turns
+                count = settled(turns, monitor)
+                users.population.allowed = count + max_ahead
+                progress = (len(turns), count, len(monitor.scored), len(monitor.steps))
+                stall.check(users.population.paused, progress, len(turns) - count)
             live.update(live_table(snapshot(phase, users, monitor, started, max_steps)))
             if done():
                 return

@@ -118,3 +118,26 @@ async def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
     while not check():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.05)
+
+
+def test_held_back_users_with_nothing_moving_stop_the_run_with_the_reason() -> None:
+    from pipeline.errors import TurnstreamError
+    from pipeline.learn.loop import Stall
+
+    now = [0.0]
+    stall = Stall(limit_s=300, clock=lambda: now[0])
+    progress = (8, 0, 8, 0)  # turns, settled, scored, steps
+    for t in (0, 100, 299):
+        now[0] = t
+        stall.check(True, progress, waiting=3)
+    now[0] = 400
+    stall.check(False, progress, waiting=3)  # not held back: waiting is the trainer's pace
+    now[0] = 650
+    stall.check(True, progress, waiting=3)
+    now[0] = 700
+    stall.check(True, (9, 1, 9, 1), waiting=3)  # something moved: the clock starts again
+    now[0] = 999
+    stall.check(True, (9, 1, 9, 1), waiting=3)
+    now[0] = 1001
+    with pytest.raises(TurnstreamError, match=r"waited 301s .* 3 served turn\(s\) .*not_recorded"):
+        stall.check(True, (9, 1, 9, 1), waiting=3)
