@@ -47,7 +47,7 @@ def learn(
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(
-        0,
+        DEFAULTS.max_ahead or 0,
         help="sessions users may start ahead of the trainer (their samples neither trained "
         "nor excluded yet); more wait for its next push (0: no limit)",
     ),

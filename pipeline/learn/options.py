@@ -23,10 +23,10 @@ class LearnOptions:
     steps: int = 16  # trainer optimizer steps (one weight push each)
     batch_size: int = 8
     micro_batch_size: int = 8
-    lr: float = 2e-4
-    baseline: str = "none"  # the trainer's step_baseline: none, mean, mean_std or leave_one_out
+    lr: float = 5e-4
+    baseline: str = "mean"  # the trainer's step_baseline: none, mean, mean_std or leave_one_out
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
-    max_ahead: int | None = None  # sessions started ahead of the trainer (None: no limit)
+    max_ahead: int | None = 8  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
     eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
     control: bool = True  # the same loop with learning off, then its evaluation
@@ -68,6 +68,6 @@ class LearnOptions:
 
 
 def demo_options(workdir: Path) -> LearnOptions:
-    """`turnstream demo`: the live loop, shortened: the same learning, evaluated on 32
-    held-out prompts, no control run (`turnstream learn` is the full, measured run)."""
-    return dataclasses.replace(LearnOptions(), workdir=workdir, eval_prompts=32, control=False)
+    """`turnstream demo`: the live loop without its control run (`turnstream learn` is the
+    full, measured run)."""
+    return dataclasses.replace(LearnOptions(), workdir=workdir, control=False)
