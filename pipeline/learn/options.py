@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import ConfigError
 from pipeline.learn.preference import Brevity
 from pipeline.learn.users import Sampling
 
@@ -16,17 +17,17 @@ class LearnOptions:
     model: str = "smollm2-135m-instruct"  # a catalogued name or a HF checkpoint directory
     prompts: Path | None = None  # default: the shipped examples/prompts.jsonl
     workdir: Path = Path(".turnstream/learn")
-    users: int = 8
+    users: int = 16
     temperature: float = 1.0
     max_tokens: int = 24
     max_words: int = 15
     steps: int = 16  # trainer optimizer steps (one weight push each)
-    batch_size: int = 8
+    batch_size: int = 16
     micro_batch_size: int = 8
     lr: float = 5e-4
     baseline: str = "mean"  # the trainer's step_baseline: none, mean, mean_std or leave_one_out
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
-    max_ahead: int | None = 8  # sessions started ahead of the trainer (None: no limit)
+    max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
     eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
     control: bool = True  # the same loop with learning off, then its evaluation
@@ -37,6 +38,14 @@ class LearnOptions:
     server_threads: int | None = None
     timeout_s: float = 1800.0
     trainer_extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_ahead is not None and self.max_ahead < self.batch_size:
+            raise ConfigError(
+                f"max_ahead {self.max_ahead} is below the batch size {self.batch_size}: the "
+                "users would wait for a step that waits for their samples; give at least "
+                "the batch size (or no limit)"
+            )
 
     @property
     def sampling(self) -> Sampling:

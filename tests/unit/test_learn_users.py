@@ -141,3 +141,14 @@ def test_held_back_users_with_nothing_moving_stop_the_run_with_the_reason() -> N
     now[0] = 1001
     with pytest.raises(TurnstreamError, match=r"waited 301s .* 3 served turn\(s\) .*not_recorded"):
         stall.check(True, (9, 1, 9, 1), waiting=3)
+
+
+def test_users_held_closer_than_a_batch_would_wait_forever_and_are_refused() -> None:
+    from pipeline.learn.options import LearnOptions
+
+    with pytest.raises(ConfigError, match="max_ahead 4 is below the batch size 8"):
+        LearnOptions(batch_size=8, max_ahead=4)
+    assert LearnOptions(batch_size=8, max_ahead=8).max_ahead == 8
+    assert LearnOptions(batch_size=8, max_ahead=None).max_ahead is None
+    defaults = LearnOptions()
+    assert defaults.max_ahead is not None and defaults.max_ahead >= defaults.batch_size
