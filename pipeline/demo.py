@@ -29,7 +29,7 @@ from pipeline.broker.clients import consumer_config
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
-from pipeline.processes import spawn_cli, stop_process, tail
+from pipeline.processes import Children, spawn_cli, tail
 from pipeline.produce import produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
@@ -259,10 +259,11 @@ def run_demo(
         names = [spec.name for spec in settings.topics]
         before = end_offsets(settings, names)
         scored_start = partition_ends(settings, settings.topics.samples_scored.name)
-        worker = start_worker(settings, workdir / "worker", workdir / "worker.log")
-        cleanup.callback(stop_process, worker)
+        children = Children()  # stopped together: one timeout, not one per process
+        cleanup.callback(children.stop)
+        worker = children.add(start_worker(settings, workdir / "worker", workdir / "worker.log"))
         trainer, metrics = start_trainer(settings, workdir)
-        cleanup.callback(stop_process, trainer)
+        children.add(trainer)
         console.print(
             "started a scoring worker and a trainer (tiny random policy, DeepSpeed on CPU); "
             f"logs in {workdir}"

@@ -4,6 +4,7 @@ with SIGTERM then SIGKILL, never left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,15 +41,35 @@ def spawn_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
         )
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    """SIGTERM to each process group at once, ``timeout_s`` for all of them to exit, then
+    SIGKILL to what is left: a stop takes one timeout, not one per process."""
+    live = [p for p in procs if p.poll() is None]
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in live:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class Children:
+    """The child processes a run started, stopped together (:func:`stop_processes`)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def add(self, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        stop_processes(self.procs)
 
 
 def tail(log: Path, chars: int = 3000) -> str:

@@ -22,7 +22,7 @@ from pipeline.learn.report import LearnReport, per_version, write_chart, write_t
 from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import resolve_model
-from pipeline.processes import stop_process, tail
+from pipeline.processes import Children, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.training.weights import push_to_servers
@@ -75,13 +75,14 @@ class LearnRun:
         self._mark = now
 
     def _keep(self, proc: Proc) -> Proc:
-        self.cleanup.callback(stop_process, proc)
-        return proc
+        return self.children.add(proc)
 
     def start(self) -> None:
         """Broker, topics, policy server, judge, proxy, worker, trainer; then the monitor."""
         s, o, w = self.settings, self.options, self.workdir
         _broker(s, self.cleanup, self.console)
+        self.children = Children()  # stopped together, before the broker
+        self.cleanup.callback(self.children.stop)
         admin.apply(s)
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)

@@ -1,7 +1,7 @@
 """The processes of a live run: policy server, capture proxy, scoring worker, trainer.
 
 Each is a `turnstream` child process with its log in the run's directory; the
-caller stops them (``pipeline.processes.stop_process``) on the way out.
+caller stops them together (``pipeline.processes.Children``) on the way out.
 """
 
 from __future__ import annotations
