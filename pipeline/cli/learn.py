@@ -47,9 +47,11 @@ def learn(
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(
-        DEFAULTS.max_ahead or 0,
+        None,
         help="sessions users may start ahead of the trainer (their samples neither trained "
-        "nor excluded yet); more wait for its next push (0: no limit)",
+        "nor excluded yet); more wait for its next push (default: the batch size; at least "
+        "that; 0: no limit)",
+        show_default=False,
     ),
     judge: str = typer.Option(
         None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
@@ -84,7 +86,8 @@ def learn(
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
         control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
         train_top_layers=train_top_layers or None,
-        max_ahead=max_ahead or None, judge=judge, judge_max_tokens=judge_max_tokens,
+        max_ahead=batch_size if max_ahead is None else (max_ahead or None),
+        judge=judge, judge_max_tokens=judge_max_tokens,
         prompts=prompts,
         workdir=workdir, seed=seed, timeout_s=timeout,
     )  # fmt: skip
