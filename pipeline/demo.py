@@ -153,7 +153,9 @@ class Watch:
         report.steps = list(self.steps)
 
     def close(self) -> None:
-        self.consumer.close()
+        # bounded: after a Ctrl-C inside poll(), kafka-python's close() could otherwise wait
+        # out its request timeout (305 s) with the run's children still up
+        self.consumer.close(autocommit=False, timeout_ms=5000)
 
 
 def progress_view(
@@ -270,6 +272,7 @@ def run_demo(
         )
         watch = Watch(settings, scored_start, metrics)
         cleanup.callback(watch.close)
+        cleanup.callback(children.stop)  # on the way out, before the watch closes
         sent = produce_file(sessions, settings, skip_invalid=True)
         report.sent = sent.sent
         console.print(f"sent {sent.sent} events from {sessions}")

@@ -130,4 +130,6 @@ class Monitor:
         return max((p.version for p in self.pushes), default=0)
 
     def close(self) -> None:
-        self._consumer.close()
+        # bounded: after a Ctrl-C inside poll(), kafka-python's close() could otherwise wait
+        # out its request timeout (305 s)
+        self._consumer.close(autocommit=False, timeout_ms=5000)

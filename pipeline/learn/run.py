@@ -94,6 +94,7 @@ class LearnRun:
         self.trainer, self.trainer_log = self._keep(trainer), files.log
         self.monitor = Monitor(s, files.metrics, files.ledger)
         self.cleanup.callback(self.monitor.close)
+        self.cleanup.callback(self.children.stop)  # on the way out, before the monitor closes
         self.watched = Watched(
             {
                 "policy server": (self.server.proc, w / "policy.log"),
