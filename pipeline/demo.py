@@ -33,7 +33,7 @@ from pipeline.processes import Children, spawn_cli, tail
 from pipeline.produce import produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
-from pipeline.topics.offsets import end_offsets, group_lag
+from pipeline.topics.offsets import close_quickly, end_offsets, group_lag
 
 STAGES = {
     "chat.turns": "turns in",
@@ -111,7 +111,7 @@ def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
         tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
         return {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
     finally:
-        consumer.close()
+        close_quickly(consumer)
 
 
 class Watch:
@@ -153,9 +153,7 @@ class Watch:
         report.steps = list(self.steps)
 
     def close(self) -> None:
-        # bounded: after a Ctrl-C inside poll(), kafka-python's close() could otherwise wait
-        # out its request timeout (305 s) with the run's children still up
-        self.consumer.close(autocommit=False, timeout_ms=5000)
+        close_quickly(self.consumer)
 
 
 def progress_view(
