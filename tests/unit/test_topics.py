@@ -146,7 +146,7 @@ def test_group_lag_is_unknown_while_the_broker_is_unreachable(
         def partitions_for_topic(self, _topic: str) -> set[int]:
             raise KafkaConnectionError("111 ECONNREFUSED")
 
-        def close(self) -> None:
+        def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
             pass
 
     monkeypatch.setattr(offsets, "KafkaConsumer", lambda **_kw: Lost())
