@@ -21,11 +21,11 @@ Can go when both libraries take a gzip level (the Java client's
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import zlib
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.versions import require_tested
 
 TESTED = {"aiokafka": ("0.12.", "0.13.", "0.14."), "kafka-python": ("3.0.",)}
 BUILDERS = (  # modules whose record batch builder calls the global name gzip_encode
@@ -43,15 +43,11 @@ def gzip_encode(payload: Any, compresslevel: int | None = None) -> bytes:
 
 
 def check_versions() -> None:
-    for package, prefixes in TESTED.items():
-        version = importlib.metadata.version(package)
-        if not version.startswith(prefixes):
-            raise ConfigError(
-                f"{package} {version} is installed, but TURNSTREAM_PRODUCER_GZIP_LEVEL "
-                f"(pipeline/broker/gzip_level.py) was tested with {', '.join(prefixes)}x only: "
-                "install a tested version (pip install -e .) or re-run the kafka tests of "
-                "tests/kafka/test_produce.py and extend TESTED"
-            )
+    require_tested(
+        TESTED,
+        "TURNSTREAM_PRODUCER_GZIP_LEVEL (pipeline/broker/gzip_level.py)",
+        "tests/kafka/test_produce.py",
+    )
 
 
 def use_gzip_level(level: int) -> None:

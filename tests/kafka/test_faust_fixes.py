@@ -157,11 +157,13 @@ async def test_a_seek_back_delivers_the_records_again(member: Member) -> None:
 
 
 def test_an_untested_faust_version_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
     from pipeline.errors import ConfigError
 
-    real = adapter.importlib.metadata.version
+    real = importlib.metadata.version
     monkeypatch.setattr(
-        adapter.importlib.metadata,
+        importlib.metadata,
         "version",
         lambda name: "0.17.0" if name == "faust-streaming" else real(name),
     )

@@ -13,28 +13,20 @@ Can go when faust-streaming offers a public commit of explicit offsets.
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
-from pipeline.errors import ConfigError
+from pipeline.versions import require_tested
 
 TESTED = {"faust-streaming": ("0.15.",), "aiokafka": ("0.12.", "0.13.", "0.14.")}
 
 
 def check_versions() -> dict[str, str]:
     """The installed versions; ConfigError when one was never tested with these repairs."""
-    found = {}
-    for package, prefixes in TESTED.items():
-        version = importlib.metadata.version(package)
-        if not version.startswith(prefixes):
-            raise ConfigError(
-                f"{package} {version} is installed, but the scoring worker's Faust repairs "
-                f"(pipeline/scoring/faust_fixes) were tested with {', '.join(prefixes)}x only: "
-                "install a tested version (pip install -e .) or re-run the kafka tests of "
-                "tests/kafka/test_faust_fixes.py and extend TESTED"
-            )
-        found[package] = version
-    return found
+    return require_tested(
+        TESTED,
+        "the scoring worker's Faust repairs (pipeline/scoring/faust_fixes)",
+        "tests/kafka/test_faust_fixes.py",
+    )
 
 
 VERSIONS = check_versions()
