@@ -105,7 +105,7 @@ class Worker:
 def faust_app(settings: Settings) -> faust.App:
     """The Faust app of a scoring worker: its group, broker, producer and commit settings."""
     s, topics = settings.scoring, settings.topics
-    return faust.App(
+    app = faust.App(
         settings.topic_prefix + s.group_id,
         broker=[f"kafka://{hp}" for hp in settings.bootstrap_servers.split(",")],
         broker_credentials=faust_credentials(settings), store="memory://",
@@ -118,6 +118,22 @@ def faust_app(settings: Settings) -> faust.App:
         consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
         stream_buffer_maxsize=max(64, s.window),
     )  # fmt: skip
+    without_event_stats(app)
+    return app
+
+
+def without_event_stats(app: faust.App) -> None:
+    """Faust's Monitor keeps its own statistics of every record and event (a few percent
+    of a worker's CPU); the worker's metrics are its own (``metrics``), so the Monitor stays
+    only for the calls Faust makes to it directly (end offsets, commits), not as a sensor."""
+    dependencies = app.on_init_dependencies
+
+    def on_init_dependencies() -> Any:
+        services = dependencies()
+        app.sensors.remove(app.monitor)
+        return services
+
+    app.on_init_dependencies = on_init_dependencies  # type: ignore[method-assign]
 
 
 def kafka_sender(app: faust.App) -> Send:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -20,8 +21,8 @@ from faust.types import TP
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.context import Worker
-from pipeline.scoring.faust_fixes import adapter
-from pipeline.scoring.faust_fixes.handover import commit_ahead, commit_handed_over
+from pipeline.scoring.faust_fixes import adapter, drain
+from pipeline.scoring.faust_fixes.handover import commit_ahead, commit_handed_over, exit_now
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def install(w: Worker) -> None:
     """Connect the rebalance hooks and start the timers of ``w``'s app."""
     app, s = w.app, w.settings.scoring
     flagged: dict[str, float] = {}
+    drain.install(app.consumer)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
@@ -58,7 +60,7 @@ def install(w: Worker) -> None:
 
     @app.timer(interval=COMMIT_AHEAD_S)
     async def commit_past_faust() -> None:
-        if not w.app.rebalancing:
+        if not stop_if_fetcher_crashed(w) and not w.app.rebalancing:
             await commit_ahead(w.app, w.handled, sources(w))
 
     if w.guard is not None:
@@ -66,6 +68,19 @@ def install(w: Worker) -> None:
         @app.timer(interval=STRANDED_CHECK_S)
         async def unstrand() -> None:
             await seek_stranded(w)
+
+
+def stop_if_fetcher_crashed(w: Worker) -> bool:
+    """Exit (1) when Faust's fetcher crashed: Faust logs it and the worker would sit there
+    reading nothing; exited, its partitions go to a worker that reads on."""
+    crash = adapter.fetcher_crash(w.app)
+    if crash is None:
+        return False
+    if not w.stopping:
+        why = (f"Faust's fetcher crashed ({crash!r}) and would deliver nothing more; whoever "
+               "takes the partitions reads on from the last commit")  # fmt: skip
+        w.stopping.append(asyncio.ensure_future(exit_now(w.app, w.handled, why)))
+    return True
 
 
 async def end_idle_sessions(w: Worker, flagged: dict[str, float], now: float) -> None:
@@ -122,4 +137,4 @@ async def seek_stranded(w: Worker) -> None:
             topic, partition, offset, highwaters[(topic, partition)],
         )  # fmt: skip
         metrics.STRANDED_SEEKS.labels(topic).inc()
-        await consumer.seek(TP(topic, partition), offset)
+        await adapter.seek(consumer, TP(topic, partition), offset)

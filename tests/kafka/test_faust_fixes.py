@@ -149,11 +149,41 @@ async def test_handled_positions_are_committed_when_partitions_are_revoked(
 
 
 async def test_a_seek_back_delivers_the_records_again(member: Member) -> None:
-    """What the guard's stranded-partition repair relies on: Faust's public seek."""
+    """What the guard's stranded-partition repair relies on: a seek on the consumer thread."""
     before = len(member.seen)
-    await member.app.consumer.seek(TP(member.topic, 1), 3)
+    await adapter.seek(member.app.consumer, TP(member.topic, 1), 3)
     await until("the re-read", lambda: len(member.seen) >= before + 2)
     assert member.seen[before:] == [(1, 3), (1, 4)]
+
+
+async def test_seeks_while_records_stream_in_leave_the_fetcher_running(
+    member: Member, settings: Settings
+) -> None:
+    """Faust's own seek runs aiokafka's on the app's thread, racing the fetcher on the
+    consumer's (a crash seen once, not reproducible on demand); the adapter's seek is
+    queued to the consumer's thread: 150 of them while records arrive, and it still runs."""
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers, linger_ms=1)
+    stop = asyncio.Event()
+
+    async def stream_in() -> None:
+        i = 0
+        while not stop.is_set():
+            for _ in range(50):
+                producer.send(member.topic, key=b"k", value=b"x%d" % i, partition=i % 2)
+                i += 1
+            await asyncio.get_running_loop().run_in_executor(None, producer.flush)
+
+    feeding = asyncio.ensure_future(stream_in())
+    try:
+        for n in range(150):
+            await adapter.seek(member.app.consumer, TP(member.topic, n % 2), n % 5)
+            await asyncio.sleep(0.005)
+            assert adapter.fetcher_crash(member.app) is None, f"after {n + 1} seeks"
+    finally:
+        stop.set()
+        await feeding
+        producer.close()
+    assert adapter.fetcher_crash(member.app) is None
 
 
 def test_an_untested_faust_version_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,8 @@ Each module answers one upstream behaviour, names it, and says when it can go:
 - ``handover``: positions handled on revoked partitions are committed before
   they move (Faust drops those acks first), and an idle worker commits past
   records the guard read back (Faust never delivered them, so never acks them);
+- ``drain``: a fetched record reaches its stream without four tasks a record
+  (Faust races each delivery against three events);
 - ``adapter``: the one module that touches Faust's private attributes; it
   checks the installed versions when imported.
 """

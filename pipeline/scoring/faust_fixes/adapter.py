@@ -17,7 +17,11 @@ from typing import Any
 
 from pipeline.versions import require_tested
 
-TESTED = {"faust-streaming": ("0.15.",), "aiokafka": ("0.12.", "0.13.", "0.14.")}
+TESTED = {
+    "faust-streaming": ("0.15.",),
+    "mode-streaming": ("0.7.",),  # drain: Service.wait_first, should_stop
+    "aiokafka": ("0.12.", "0.13.", "0.14."),
+}
 
 
 def check_versions() -> dict[str, str]:
@@ -41,3 +45,24 @@ async def commit(consumer: Any, offsets: dict[Any, int]) -> None:
     """Commit ``offsets`` (faust TP -> next offset) for the group, and tell Faust it did."""
     await consumer._commit(offsets)
     consumer._committed_offset.update(offsets)
+
+
+async def seek(consumer: Any, tp: Any, offset: int) -> None:
+    """Faust's ``Consumer.seek``, with aiokafka's seek run on the consumer's own thread.
+
+    Works around: faust-streaming's threaded consumer (``ThreadDelegateConsumer._seek``)
+    calls aiokafka's ``seek`` from the app's thread while aiokafka's fetcher runs on the
+    consumer thread; a seek landing while the fetcher hands out records crashes it
+    (``KeyError`` in ``Fetcher.fetched_records``), and the worker then reads nothing
+    more without exiting. Seen here in a benchmark run on a loaded machine.
+    """
+    thread = consumer._thread
+    await thread.call_thread(thread.seek, tp, offset)
+    consumer._read_offset[tp] = offset if offset else None  # as Faust's seek does
+
+
+def fetcher_crash(app: Any) -> BaseException | None:
+    """Why the app's fetcher (the service that drains fetched records) crashed, if it did:
+    Faust logs the crash and keeps the worker up, reading nothing."""
+    fetcher = app._fetcher
+    return fetcher.crash_reason if fetcher.crashed else None

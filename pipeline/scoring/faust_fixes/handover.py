@@ -104,19 +104,24 @@ async def exit_after_refused_output(app: Any, handled: Handled, exc: BaseExcepti
     acknowledged, and the ones behind the refused output never will be. Whoever
     takes the partitions reads them again from the commit.
     """
+    await exit_now(
+        app, handled, f"an output could not be delivered to Kafka ({exc!r}); its input and "
+        "everything after it are read again from the last commit",
+    )  # fmt: skip
+
+
+async def exit_now(app: Any, handled: Handled, why: str) -> None:
+    """Commit the positions handled (within 15 s), say ``why`` on stderr, and exit 1."""
     import os
     import sys
 
-    log.error("stopping the worker: an output could not be delivered (%r)", exc)
+    log.error("stopping the worker: %s", why)
     try:
         assigned = app.consumer.assignment()
         await asyncio.wait_for(commit_handed_over(app, handled, assigned), 15)
     except Exception as commit_exc:  # the broker may be the problem: the last commit stands
         log.warning("could not commit the delivered positions before stopping: %r", commit_exc)
-    sys.stderr.write(
-        f"error: stopped: an output could not be delivered to Kafka ({exc!r}); "
-        "its input and everything after it are read again from the last commit\n"
-    )
+    sys.stderr.write(f"error: stopped: {why}\n")
     sys.stderr.flush()
     logging.shutdown()
     os._exit(1)
