@@ -110,7 +110,8 @@ def run(
             start(i)
         wait_idle(procs)  # started, joined the group, nothing to do yet
         cpu_before = {p.pid: cpu_seconds(p.pid) for p in procs}
-        first = sim_stats(url)["calls"]
+        before = sim_stats(url)
+        first = before["calls"]
         feed = threading.Thread(target=produce_file, args=(settings, workload), daemon=True)
         feed.start()
         while sim_stats(url)["calls"] == first:
@@ -130,6 +131,7 @@ def run(
         seconds = time.monotonic() - began
         # everything from the first record on (pairing too); a joining worker's start-up is in
         cpu = sum(cpu_seconds(p.pid) - cpu_before.get(p.pid, 0.0) for p in procs)
+        after = sim_stats(url)
         feed.join()
         time.sleep(3)  # anything still in flight (a duplicate) lands before the count
     finally:
@@ -153,6 +155,10 @@ def run(
         "samples": len(expected),
         "worker_cpu_s": round(cpu, 2),
         "worker_cpu_ms_per_judged_pair": round(1000 * cpu / judged, 3),
+        # SGLang /generate takes a batch: pairs asked at the same moment share a request
+        "judge_calls_per_request": round(
+            (after["calls"] - before["calls"]) / max(1, after["requests"] - before["requests"]), 2
+        ),
         "lost": lost,
         "duplicates": duplicates,
         "paired_duplicates": sum(n - 1 for n in paired.values()),  # from the pairing stage
@@ -225,12 +231,12 @@ def main() -> None:
     print(f"\ncores={result['cores']} commit={result['commit']} samples={len(expected)} "
           f"(one per main turn)")  # fmt: skip
     print(f"{'run':<16}{'samples/s':>10}{'seconds':>9}{'lost':>6}{'dup':>6}{'joined at':>11}"
-          f"{'CPU ms/judged pair':>20}")  # fmt: skip
+          f"{'CPU ms/judged pair':>20}{'calls/request':>15}")  # fmt: skip
     for r in rows:
         joined = r["second_joined_at_samples"] if r["second_joined_at_samples"] is not None else "-"
-        cpu = r["worker_cpu_ms_per_judged_pair"]
+        cpu, per_request = r["worker_cpu_ms_per_judged_pair"], r["judge_calls_per_request"]
         print(f"{r['label']:<16}{r['samples_per_s']:>10}{r['seconds']:>9}{r['lost']:>6}"
-              f"{r['duplicates']:>6}{joined:>11}{cpu:>20}")  # fmt: skip
+              f"{r['duplicates']:>6}{joined:>11}{cpu:>20}{per_request:>15}")  # fmt: skip
     if ratio is not None:
         print(f"{'ratio 2/1':<16}{ratio:>10}")
 

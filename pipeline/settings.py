@@ -134,6 +134,12 @@ class ScoringSettings(BaseSettings):
         description="SGLang judge: pairs asked together in one /generate request (those "
         "waiting at the same moment; 1 = a request per pair)",
     )
+    judge_batch_wait_ms: float = Field(
+        5.0,
+        ge=0,
+        description="SGLang judge: how long a /generate request waits, from its first pair, "
+        "for more pairs to ask with it (0 = only those asked in the same loop turn)",
+    )
     mode: Literal["rl", "opd", "combine"] = "rl"
     policy_tokenizer: Path | None = Field(
         None,

@@ -50,6 +50,7 @@ class SimConfig:
 
 @dataclass
 class SimStats:
+    requests: int = 0  # HTTP requests (a /generate batch is one request, many calls)
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
@@ -62,6 +63,7 @@ class SimStats:
     def as_dict(self, slots: int) -> dict[str, Any]:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return {
+            "requests": self.requests,
             "calls": self.calls,
             "errors": self.errors,
             "timeouts": self.timeouts,
@@ -164,6 +166,7 @@ class JudgeSimulator:
                 self.stats.busy_s += time.monotonic() - start
 
     async def generate(self, request: web.Request) -> web.Response:
+        self.stats.requests += 1
         body = await request.json()
         self.bodies.append({"path": "/generate", "body": body})
         params = body.get("sampling_params", {})
@@ -218,6 +221,7 @@ class JudgeSimulator:
         return [[math.log(w * scale), t, None] for w, t in zip(weights, picked, strict=True)]
 
     async def chat(self, request: web.Request) -> web.Response:
+        self.stats.requests += 1
         body = await request.json()
         self.bodies.append({"path": "/v1/chat/completions", "body": body})
         if await self._serve() == "error":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -188,3 +189,47 @@ async def test_a_batch_answered_with_too_few_outputs_is_an_error_for_each_pair()
         await server.close()
     assert all(isinstance(r, TurnstreamError) and "5 outputs for 2 prompt(s)" in str(r)
                for r in results), results  # fmt: skip
+
+
+async def test_pairs_asked_within_the_batch_wait_share_a_request(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    """A worker asks for its pairs one loop turn apart: the wait gathers them."""
+    sim, url = await sim_factory(agreement=1.0)
+
+    async def apart(client: JudgeClient) -> list[Any]:
+        async def ask(i: int, reply: str) -> Any:
+            await asyncio.sleep(0.01 * (i + 1))  # 10 ms apart
+            return await eval_votes(client, "answer", "user", reply, m=3)
+
+        return await asyncio.gather(*(ask(i, r) for i, r in enumerate(REPLIES[:4])))
+
+    async with JudgeClient(config(url)) as no_wait:
+        await apart(no_wait)
+        assert no_wait.requests == 4
+    before = len(sim.bodies)
+    async with JudgeClient(config(url, batch_wait_s=0.1)) as waiting:
+        votes = await apart(waiting)
+        assert waiting.requests == 1
+    assert [len(b["body"]["text"]) for b in list(sim.bodies)[before:]] == [4]
+    assert all(len(v.votes) == 3 for v in votes)
+
+
+async def test_a_full_batch_goes_at_once_and_its_timer_leaves_the_next_one_waiting(
+    sim_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    sim, url = await sim_factory(agreement=1.0)
+    async with JudgeClient(config(url, batch_max=3, batch_wait_s=0.2)) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first = await asyncio.gather(
+            *(eval_votes(client, "answer", "user", r, m=3) for r in REPLIES[:3])
+        )
+        full_after = loop.time() - started
+        await asyncio.sleep(0.1 - full_after)
+        late = asyncio.ensure_future(eval_votes(client, "answer", "user", REPLIES[3], m=3))
+        await asyncio.sleep(0.15)  # past the full batch's timer (0.2), before the late one's
+        assert not late.done()
+        await late
+        assert client.requests == 2
+    assert full_after < 0.1 and len(first) == 3
+    texts = [b["body"]["text"] for b in sim.bodies]
+    assert [len(t) if isinstance(t, list) else 1 for t in texts] == [3, 1]

@@ -46,6 +46,7 @@ class JudgeConfig:
     max_new_tokens: int = 4096
     hint_max_new_tokens: int = 8192
     batch_max: int = 32  # SGLang: prompts asked together in one /generate (1: one per call)
+    batch_wait_s: float = 0.0  # SGLang: how long a request waits for more prompts
 
 
 def chatml(messages: Sequence[dict[str, Any]]) -> str:
@@ -72,7 +73,7 @@ class JudgeClient:
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
         self.retries = 0
-        self._batcher = GenerateBatcher(self._generate, config.batch_max)
+        self._batcher = GenerateBatcher(self._generate, config.batch_max, config.batch_wait_s)
 
     def _open(self) -> aiohttp.ClientSession:
         """The one HTTP session, created on first use inside the running event loop."""
