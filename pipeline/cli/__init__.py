@@ -1,58 +1,81 @@
-"""The `turnstream` command: one thin entry point per process over the library."""
+"""The `turnstream` command: one thin entry point per process over the library.
+
+A command's module is imported when that command runs (or help lists it), so
+`turnstream replay` does not pay for the trainer's or the demo's imports.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import Any
 
 import typer
-from kafka.errors import SaslAuthenticationFailedError
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
-from pipeline.cli import (
-    demo,
-    kafka,
-    learn,
-    models,
-    produce,
-    proxy,
-    replay,
-    retry,
-    rewards,
-    schema,
-    serve,
-    topics,
-    train,
-    worker,
-)
 from pipeline.errors import TurnstreamError
-from pipeline.settings import load_settings
+
+# command -> (module, attribute): a function is one command, a Typer a group of them
+COMMANDS: dict[str, tuple[str, str]] = {
+    "produce": ("pipeline.cli.produce", "produce"),
+    "worker": ("pipeline.cli.worker", "worker"),
+    "retry": ("pipeline.cli.retry", "retry"),
+    "train": ("pipeline.cli.train", "train"),
+    "proxy": ("pipeline.cli.proxy", "proxy"),
+    "serve": ("pipeline.cli.serve", "serve"),
+    "replay": ("pipeline.cli.replay", "replay_cmd"),
+    "rescore": ("pipeline.cli.replay", "rescore_cmd"),
+    "demo": ("pipeline.cli.demo", "demo"),
+    "learn": ("pipeline.cli.learn", "learn"),
+    "kafka": ("pipeline.cli.kafka", "app"),
+    "topics": ("pipeline.cli.topics", "app"),
+    "models": ("pipeline.cli.models", "app"),
+    "schema": ("pipeline.cli.schema", "app"),
+    "offsets": ("pipeline.cli.replay", "offsets_app"),
+    "reward": ("pipeline.cli.rewards", "reward_app"),
+    "judge": ("pipeline.cli.rewards", "judge_app"),
+}
+
+
+class _Commands(TyperGroup):
+    """The top-level group: each command built from its module on first use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name not in COMMANDS:
+            return None
+        if name not in self.commands:
+            module, attribute = COMMANDS[name]
+            target = getattr(importlib.import_module(module), attribute)
+            if isinstance(target, typer.Typer):
+                command: Any = typer.main.get_group(target)
+            else:
+                one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+                one.command(name)(target)
+                command = typer.main.get_command(one)
+            command.name = name
+            self.commands[name] = command
+        return self.commands[name]
+
 
 app = typer.Typer(
     name="turnstream",
+    cls=_Commands,
     help="Online RL from live agent conversations, decoupled through Apache Kafka.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(kafka.app, name="kafka")
-app.add_typer(topics.app, name="topics")
-app.add_typer(models.app, name="models")
-app.add_typer(schema.app, name="schema")
-app.command("produce")(produce.produce)
-app.command("worker")(worker.worker)
-app.command("retry")(retry.retry)
-app.command("train")(train.train)
-app.command("proxy")(proxy.proxy)
-app.command("serve")(serve.serve)
-app.command("replay")(replay.replay_cmd)
-app.command("rescore")(replay.rescore_cmd)
-app.add_typer(replay.offsets_app, name="offsets")
-app.add_typer(rewards.reward_app, name="reward")
-app.add_typer(rewards.judge_app, name="judge")
-app.command("demo")(demo.demo)
-app.command("learn")(learn.learn)
+
+
+@app.callback()
+def _turnstream() -> None:
+    """Online RL from live agent conversations, decoupled through Apache Kafka."""
 
 
 def _take_local_rank(argv: list[str]) -> list[str]:
@@ -75,10 +98,20 @@ def main() -> None:
         app()
     except TurnstreamError as exc:
         _exit_with(str(exc))
-    except SaslAuthenticationFailedError as exc:  # from a consumer built outside broker.clients
+    except Exception as exc:
+        if not _refused_login(exc):
+            raise
         from pipeline.broker.clients import authentication_failed
+        from pipeline.settings import load_settings
 
         _exit_with(str(authentication_failed(load_settings(), exc)))
+
+
+def _refused_login(exc: Exception) -> bool:
+    """kafka-python's refused SASL login, from a consumer built outside broker.clients
+    (kafka-python is not imported on every command's path, and raises it only once it is)."""
+    errors = sys.modules.get("kafka.errors")
+    return errors is not None and isinstance(exc, errors.SaslAuthenticationFailedError)
 
 
 def _exit_with(error: str) -> None:
