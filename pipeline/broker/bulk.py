@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import AuthenticationFailedError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.broker.clients import (
+from pipeline.broker.connection import (
     authentication_failed,
     connection_config,
     ssl_context,

@@ -101,7 +101,7 @@ def main() -> None:
     except Exception as exc:
         if not _refused_login(exc):
             raise
-        from pipeline.broker.clients import authentication_failed
+        from pipeline.broker.connection import authentication_failed
         from pipeline.settings import load_settings
 
         _exit_with(str(authentication_failed(load_settings(), exc)))
