@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline.replay import groups
 from pipeline.replay.copy import ReplayReport, replay, replay_id_for
 from pipeline.replay.ranges import RangeRequest
 from pipeline.settings import Settings, load_settings
@@ -58,23 +57,27 @@ def replay_cmd(
     """
     settings = load_settings()
     request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
-    span = request.resolve(settings, physical(settings, source))
-    to = physical(settings, target)
-    console.print(f"replaying {span.total} record(s) of {span.topic} {span.describe()} into {to}")
-    with Progress(*_columns(), console=console, transient=False) as bar:
-        task = bar.add_task("replay", total=span.total or 1, rate="-")
+    topic, to = physical(settings, source), physical(settings, target)
+    bar = Progress(*_columns(), console=console, transient=False)
+    task = bar.add_task("replay", total=None, rate="-", start=False)
 
-        def show(report: ReplayReport) -> None:
-            bar.update(
-                task,
-                completed=report.copied + report.already_there,
-                rate=f"{report.rate:,.0f}",
+    def show(report: ReplayReport) -> None:
+        if report.span is not None and not bar.tasks[task].started:  # the range is resolved
+            console.print(
+                f"replaying {report.total} record(s) of {topic} {report.span.describe()} into {to}"
             )
+            bar.start()
+            bar.start_task(task)
+            bar.update(task, total=report.total or 1, completed=0 if report.total else 1)
+        if report.total:
+            done = report.copied + report.already_there
+            bar.update(task, completed=done, rate=f"{report.rate:,.0f}")
 
-        rid = replay_id or replay_id_for(span.topic, to, **request.options())
-        report = replay(settings, span, to, replay_id=rid, progress=show)
-        if span.total == 0:
-            bar.update(task, completed=1)
+    rid = replay_id or replay_id_for(topic, to, **request.options())
+    try:
+        report = replay(settings, topic, request, to, replay_id=rid, progress=show)
+    finally:
+        bar.stop()
     console.print(
         f"replay {report.replay_id}: copied {report.copied}, already in {to} "
         f"{report.already_there}, in {report.seconds:.1f}s ({report.rate:,.0f} records/s)"
@@ -87,6 +90,8 @@ def show(
     topic: list[str] = typer.Option(None, help="also show these topics (logical or real name)"),
 ) -> None:
     """Committed offset, end offset and lag per partition, and the group's members."""
+    from pipeline.replay import groups
+
     settings = load_settings()
     view = groups.describe(settings, group, [physical(settings, t) for t in topic or []])
     console.print(f"group {view.group}: {view.state}, {len(view.members)} member(s)")
@@ -117,6 +122,8 @@ def reset(
     partitions: str = PARTITIONS,
 ) -> None:
     """Move a group's committed offsets. Refused while the group has active members."""
+    from pipeline.replay import groups
+
     settings = load_settings()
     name = physical(settings, topic)
     moved = groups.reset(

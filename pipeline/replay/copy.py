@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.broker.bulk import batch_sender, range_consumer
+from pipeline.broker.bulk import BatchSender, Header, batch_sender, range_consumer
 from pipeline.errors import ConfigError
-from pipeline.replay.ranges import TopicRange
+from pipeline.replay.ranges import RangeRequest, TopicRange, resolve_on
 from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
 
@@ -37,6 +37,7 @@ FIRST_FETCH_BYTES = 64 * 1024  # the first record of each partition: no need for
 @dataclass
 class ReplayReport:
     replay_id: str
+    span: TopicRange | None = None  # the range, once resolved
     total: int = 0
     copied: int = 0
     already_there: int = 0
@@ -59,80 +60,109 @@ def replay_id_for(source: str, target: str, **request: str | None) -> str:
 
 def replay(
     settings: Settings,
-    source: TopicRange,
+    source: str,
+    request: RangeRequest,
     target: str,
     replay_id: str | None = None,
     progress: Callable[[ReplayReport], None] | None = None,
 ) -> ReplayReport:
-    if source.topic == target:
+    """Copy ``request``'s range of ``source`` into ``target``; ``progress`` is called with
+    the report once the range is resolved (``report.span``) and after each fetch."""
+    if source == target:
         raise ConfigError("--from and --to name the same topic; replay into another topic")
-    report = ReplayReport(
-        replay_id or replay_id_for(source.topic, target, spans=source.describe()),
-        total=source.total,
-    )
-    asyncio.run(_replay(settings, source, target, report, progress))
+    report = ReplayReport(replay_id or replay_id_for(source, target, **request.options()))
+    asyncio.run(_replay(settings, source, request, target, report, progress or _quiet))
     return report
+
+
+def _quiet(report: ReplayReport) -> None:
+    pass
 
 
 async def _replay(
     settings: Settings,
-    source: TopicRange,
+    source: str,
+    request: RangeRequest,
     target: str,
     report: ReplayReport,
-    progress: Callable[[ReplayReport], None] | None,
+    progress: Callable[[ReplayReport], None],
 ) -> None:
     largest = max(spec.max_message_bytes for spec in settings.topics)
     async with (
         range_consumer(settings) as consumer,
         batch_sender(settings, f"replayed records to {target}", largest) as out,
     ):
-        if target not in await consumer.topics():
+        topics = await consumer.topics()
+        if target not in topics:
             raise ConfigError(
                 f"target topic {target} does not exist; create it first "
                 "(`turnstream topics apply`, or your cluster's tooling)"
             )
+        source_parts = await out.partitions(source) if source in topics else None
+        span = await resolve_on(settings, consumer, source, set(source_parts or ()), request)
+        report.span, report.total = span, span.total
+        progress(report)
         target_parts = await out.partitions(target)
-        same_layout = target_parts == await out.partitions(source.topic)
-        first_ts = await _first_timestamp(settings, source)
-        scan_from = None if first_ts is None else max(0, first_ts - SCAN_SLACK_MS)
-        done = await _copied_sources(consumer, target, target_parts, report.replay_id, scan_from)
-        rid = report.replay_id.encode()
+        done = await _copied_sources(settings, consumer, span, target, target_parts, report)
         started = time.monotonic()
-        async for fetched in read_range(consumer, source):
-            for tp, records in fetched.items():
-                prefix = f"{tp.topic}/{tp.partition}/"
-                fresh = (
-                    [r for r in records if prefix + str(r.offset) not in done] if done else records
-                )
-                report.already_there += len(records) - len(fresh)
-                copies = (
-                    (r.key, r.value, r.timestamp, _headers(r.headers, rid, prefix, r.offset))
-                    for r in fresh
-                )
-                if same_layout:
-                    await out.add(target, tp.partition, copies)
-                else:
-                    for key, value, timestamp_ms, headers in copies:
-                        await out.add_keyed(target, key, value, timestamp_ms, headers)
-                report.copied += len(fresh)
-            report.seconds = time.monotonic() - started
-            if progress:
-                progress(report)
+        await _copy(
+            consumer,
+            out,
+            span,
+            target,
+            target_parts == source_parts,
+            done,
+            report,
+            progress,
+            started,
+        )
         await out.flush()
         report.seconds = time.monotonic() - started
-        if progress:
-            progress(report)
+        progress(report)
+
+
+async def _copy(
+    consumer: AIOKafkaConsumer,
+    out: BatchSender,
+    span: TopicRange,
+    target: str,
+    same_layout: bool,
+    done: set[str],
+    report: ReplayReport,
+    progress: Callable[[ReplayReport], None],
+    started: float,
+) -> None:
+    """Copy ``span`` but the sources in ``done`` into ``target``."""
+    replay_id = (REPLAY_ID, report.replay_id.encode())
+    async for fetched in read_range(consumer, span):
+        for tp, records in fetched.items():
+            prefix = f"{tp.topic}/{tp.partition}/"
+            fresh = [r for r in records if prefix + str(r.offset) not in done] if done else records
+            report.already_there += len(records) - len(fresh)
+            source = prefix.encode()
+            copies = (
+                (r.key, r.value, r.timestamp, _headers(r.headers, replay_id, source, r.offset))
+                for r in fresh
+            )
+            if same_layout:
+                await out.add(target, tp.partition, copies)
+            else:
+                for key, value, timestamp_ms, headers in copies:
+                    await out.add_keyed(target, key, value, timestamp_ms, headers)
+            report.copied += len(fresh)
+        report.seconds = time.monotonic() - started
+        progress(report)
 
 
 _OURS = {REPLAY_ID, REPLAY_SOURCE}
 
 
 def _headers(
-    headers: Sequence[tuple[str, bytes]], replay_id: bytes, prefix: str, offset: int
-) -> list[tuple[str, bytes]]:
+    headers: Sequence[tuple[str, bytes]], replay_id: Header, source: bytes, offset: int
+) -> list[Header]:
     """The source's headers (but an earlier replay's) and this copy's replay id and source."""
     kept = [h for h in headers if h[0] not in _OURS] if headers else []
-    kept += [(REPLAY_ID, replay_id), (REPLAY_SOURCE, f"{prefix}{offset}".encode())]
+    kept += (replay_id, (REPLAY_SOURCE, b"%s%d" % (source, offset)))
     return kept
 
 
@@ -152,21 +182,27 @@ async def _first_timestamp(settings: Settings, source: TopicRange) -> int | None
 
 
 async def _copied_sources(
+    settings: Settings,
     consumer: AIOKafkaConsumer,
+    span: TopicRange,
     target: str,
     partitions: list[int],
-    replay_id: str,
-    since_ms: int | None,
+    report: ReplayReport,
 ) -> set[str]:
-    """Sources already copied into ``target`` by this replay id."""
-    if since_ms is None:
-        return set()
+    """Sources already copied into ``target`` by this replay id (none in an empty target)."""
     tps = [TopicPartition(target, p) for p in partitions]
-    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
     ends = await consumer.end_offsets(tps)
+    firsts = await consumer.beginning_offsets(tps)
+    if all(ends[tp] <= firsts[tp] for tp in tps):
+        return set()
+    first_ts = await _first_timestamp(settings, span)
+    if first_ts is None:
+        return set()
+    since_ms = max(0, first_ts - SCAN_SLACK_MS)
+    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
     spans = {tp.partition: (at.offset, ends[tp]) for tp, at in starts.items() if at is not None}
     found: set[str] = set()
-    wanted = replay_id.encode()
+    wanted = report.replay_id.encode()
     async for fetched in read_range(consumer, TopicRange(target, spans)):
         for records in fetched.values():
             for rec in records:

@@ -9,13 +9,13 @@ timestamp is >= T.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from kafka import KafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
-from pipeline.broker.clients import consumer_config
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
@@ -101,34 +101,76 @@ def resolve(
     partitions: str | None = None,
 ) -> TopicRange:
     """The per-partition offsets of a time or offset range of ``topic``, as of now."""
+    from kafka import KafkaConsumer
+
+    from pipeline.broker.clients import consumer_config
+
     consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
     try:
         known = consumer.partitions_for_topic(topic)
-        if not known:
-            raise ConfigError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
-        wanted = parse_partitions(partitions)
-        if wanted is not None and not wanted <= known:
-            raise ConfigError(f"--partitions {sorted(wanted - known)} not in {topic}")
-        tps = [TopicPartition(topic, p) for p in sorted(wanted if wanted is not None else known)]
-        first = consumer.beginning_offsets(tps)
-        last = consumer.end_offsets(tps)
-        starts = {tp: first[tp] for tp in tps}
-        ends = {tp: last[tp] for tp in tps}
-        if since is not None:
-            starts = _at_time(consumer, tps, parse_time(since, "--since"), last)
-        if until is not None:
-            ends = _at_time(consumer, tps, parse_time(until, "--until"), last)
-        for p, off in parse_offsets(start_offsets, "--start-offsets").items():
-            starts[_tp(topic, p, tps)] = off
-        for p, off in parse_offsets(end_offsets, "--end-offsets").items():
-            ends[_tp(topic, p, tps)] = off
-        spans = {
-            tp.partition: (max(starts[tp], first[tp]), min(max(ends[tp], starts[tp]), last[tp]))
-            for tp in tps
-        }
-        return TopicRange(topic, spans)
+        request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
+        return asyncio.run(resolve_on(settings, _Awaitable(consumer), topic, known, request))
     finally:
         consumer.close()
+
+
+class Offsets(Protocol):
+    """The offset look-ups of a consumer, as aiokafka's consumer has them."""
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]: ...
+
+
+class _Awaitable:
+    """A kafka-python consumer's (blocking) offset look-ups, awaitable as :class:`Offsets`."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(self._consumer.beginning_offsets(tps))
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(self._consumer.end_offsets(tps))
+
+    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]:
+        return dict(self._consumer.offsets_for_times(stamps))
+
+
+async def resolve_on(
+    settings: Settings,
+    consumer: Offsets,
+    topic: str,
+    known: set[int] | None,
+    request: RangeRequest,
+) -> TopicRange:
+    """:func:`resolve` with a started consumer, given ``topic``'s partitions (None: no topic)."""
+    if not known:
+        raise ConfigError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
+    wanted = parse_partitions(request.partitions)
+    if wanted is not None and not wanted <= known:
+        raise ConfigError(f"--partitions {sorted(wanted - known)} not in {topic}")
+    tps = [TopicPartition(topic, p) for p in sorted(wanted if wanted is not None else known)]
+    first = await consumer.beginning_offsets(tps)
+    last = await consumer.end_offsets(tps)
+    starts = {tp: first[tp] for tp in tps}
+    ends = {tp: last[tp] for tp in tps}
+    if request.since is not None:
+        starts = await _at_time(consumer, tps, parse_time(request.since, "--since"), last)
+    if request.until is not None:
+        ends = await _at_time(consumer, tps, parse_time(request.until, "--until"), last)
+    for p, off in parse_offsets(request.start_offsets, "--start-offsets").items():
+        starts[_tp(topic, p, tps)] = off
+    for p, off in parse_offsets(request.end_offsets, "--end-offsets").items():
+        ends[_tp(topic, p, tps)] = off
+    spans = {
+        tp.partition: (max(starts[tp], first[tp]), min(max(ends[tp], starts[tp]), last[tp]))
+        for tp in tps
+    }
+    return TopicRange(topic, spans)
 
 
 def _tp(topic: str, partition: int, tps: list[TopicPartition]) -> TopicPartition:
@@ -138,8 +180,8 @@ def _tp(topic: str, partition: int, tps: list[TopicPartition]) -> TopicPartition
     return tp
 
 
-def _at_time(
-    consumer: Any, tps: list[TopicPartition], ms: int, last: dict[TopicPartition, int]
+async def _at_time(
+    consumer: Offsets, tps: list[TopicPartition], ms: int, last: dict[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
-    found = consumer.offsets_for_times({tp: ms for tp in tps})
+    found = await consumer.offsets_for_times({tp: ms for tp in tps})
     return {tp: (found[tp].offset if found.get(tp) is not None else last[tp]) for tp in tps}
