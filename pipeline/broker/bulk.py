@@ -20,6 +20,7 @@ from aiokafka.errors import AuthenticationFailedError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from pipeline.broker.connection import (
+    LoginRefused,
     authentication_failed,
     connection_config,
     ssl_context,
@@ -49,11 +50,26 @@ async def _started(client: Any, settings: Settings) -> AsyncIterator[Any]:
         raise authentication_failed(settings, exc) from exc
     except KafkaError as exc:
         await client.stop()
+        if settings.kafka.sasl_mechanism:  # aiokafka reports a refused login as unreachable
+            await asyncio.to_thread(_check_login, settings)
         raise BrokerError(f"{unreachable(settings)} ({exc!r})") from exc
     try:
         yield client
     finally:
         await client.stop()
+
+
+def _check_login(settings: Settings) -> None:
+    """Raise the login error when a SASL login is why Kafka could not be reached (kafka-python
+    tells a refused login apart; loaded only on this failure)."""
+    from pipeline.broker.clients import check_access
+
+    try:
+        check_access(settings)
+    except LoginRefused:
+        raise
+    except BrokerError:
+        return  # unreachable for another reason: the caller says so
 
 
 @asynccontextmanager

@@ -39,10 +39,14 @@ def connection_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
-def authentication_failed(settings: Settings, exc: BaseException) -> BrokerError:
+class LoginRefused(BrokerError):
+    """Kafka refused the SASL login (a wrong user, password or mechanism)."""
+
+
+def authentication_failed(settings: Settings, exc: BaseException) -> LoginRefused:
     """The error for a refused SASL login: where, as whom, and which settings to check."""
     k = settings.kafka
-    return BrokerError(
+    return LoginRefused(
         f"Kafka at {settings.bootstrap_servers} refused the SASL login of user "
         f"{k.sasl_username!r} ({k.sasl_mechanism} over {k.security_protocol}): authentication "
         f"failed ({exc}). Check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and "
