@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
 import faust
+from faust.sensors import Sensor
 from faust.types import StreamT
 
 from pipeline.broker.clients import faust_credentials
@@ -122,15 +124,29 @@ def faust_app(settings: Settings) -> faust.App:
     return app
 
 
+class InboundTimes(Sensor):
+    """The one figure of Faust's Monitor that Faust itself reads: when each partition's
+    stream last took an event (its stall check warns about a partition without one)."""
+
+    def __init__(self, monitor: Any) -> None:
+        super().__init__()
+        self.times = monitor.stream_inbound_time
+
+    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+        self.times[tp] = monotonic()
+
+
 def without_event_stats(app: faust.App) -> None:
-    """Faust's Monitor keeps its own statistics of every record and event (a few percent
-    of a worker's CPU); the worker's metrics are its own (``metrics``), so the Monitor stays
-    only for the calls Faust makes to it directly (end offsets, commits), not as a sensor."""
+    """Faust's Monitor keeps statistics of every record and event (a few percent of a
+    worker's CPU); the worker's metrics are its own (``metrics``). The Monitor stays for
+    the calls Faust makes to it directly (end offsets, commits), and a small sensor keeps
+    the inbound times Faust's stall check reads, in place of the Monitor's."""
     dependencies = app.on_init_dependencies
 
     def on_init_dependencies() -> Any:
         services = dependencies()
         app.sensors.remove(app.monitor)
+        app.sensors.add(InboundTimes(app.monitor))
         return services
 
     app.on_init_dependencies = on_init_dependencies  # type: ignore[method-assign]

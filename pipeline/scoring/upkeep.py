@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 STRANDED_CHECK_S = 5.0  # how long a partition may hold records nobody delivers, while idle
 LAG_EVERY_S = 10.0
 COMMIT_AHEAD_S = 1.0  # commits what Faust's commit is stuck behind (read-back records)
+CRASH_CHECK_S = 1.0  # how often the worker looks for a crashed app or fetcher
 HANDOVER_WAIT_S = 5.0  # on a revoke, for the agents to acknowledge what they are finishing
 
 
@@ -60,8 +61,12 @@ def install(w: Worker) -> None:
 
     @app.timer(interval=COMMIT_AHEAD_S)
     async def commit_past_faust() -> None:
-        if not stop_if_fetcher_crashed(w) and not w.app.rebalancing:
+        if not w.app.rebalancing:
             await commit_ahead(w.app, w.handled, sources(w))
+
+    @app.task
+    async def watch() -> None:  # the app's own timers stop when it crashes: a loop timer
+        watch_for_crash(w, CRASH_CHECK_S)
 
     if w.guard is not None:
 
@@ -70,15 +75,22 @@ def install(w: Worker) -> None:
             await seek_stranded(w)
 
 
-def stop_if_fetcher_crashed(w: Worker) -> bool:
-    """Exit (1) when Faust's fetcher crashed: Faust logs it and the worker would sit there
-    reading nothing; exited, its partitions go to a worker that reads on."""
-    crash = adapter.fetcher_crash(w.app)
+def watch_for_crash(w: Worker, every_s: float) -> None:
+    """Every ``every_s``, on the event loop itself (not a timer of the app, which stops
+    when the app crashes): exit once the app or its fetcher crashed."""
+    if not stop_if_crashed(w):
+        asyncio.get_running_loop().call_later(every_s, watch_for_crash, w, every_s)
+
+
+def stop_if_crashed(w: Worker) -> bool:
+    """Exit (1) when Faust's fetcher, or the app, crashed: Faust logs it and the process
+    stays up reading nothing; exited, its partitions go to a worker that reads."""
+    crash = adapter.fetcher_crash(w.app) or (w.app.crash_reason if w.app.crashed else None)
     if crash is None:
         return False
     if not w.stopping:
-        why = (f"Faust's fetcher crashed ({crash!r}) and would deliver nothing more; whoever "
-               "takes the partitions reads on from the last commit")  # fmt: skip
+        why = (f"Faust crashed ({crash!r}) and would deliver nothing more; whoever takes "
+               "the partitions reads on from the last commit")  # fmt: skip
         w.stopping.append(asyncio.ensure_future(exit_now(w.app, w.handled, why)))
     return True
 

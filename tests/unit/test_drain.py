@@ -85,6 +85,29 @@ async def test_a_suspended_flow_interrupts_a_waiting_delivery_as_faust_does() ->
     assert cleaned == ["cancelled inside"]
 
 
+async def test_stopping_the_drain_loop_cancels_a_waiting_delivery_inside() -> None:
+    consumer = Consumer()
+    cleaned = []
+    blocked = asyncio.Event()
+
+    async def deliver() -> None:
+        try:
+            blocked.set()
+            await asyncio.sleep(30)
+        finally:
+            cleaned.append("cancelled inside")
+
+    drain_loop = asyncio.ensure_future(
+        consumer.wait_first(deliver(), consumer.suspend_flow.wait())
+    )
+    await blocked.wait()
+    drain_loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await drain_loop
+    await asyncio.sleep(0)
+    assert cleaned == ["cancelled inside"]
+
+
 async def test_a_suspended_flow_takes_faust_s_own_race() -> None:
     consumer = Consumer()
     consumer.suspend_flow.set()
@@ -107,11 +130,14 @@ async def test_a_delivery_s_error_is_raised_to_the_drain_loop() -> None:
 
 
 async def test_a_worker_whose_fetcher_crashed_exits_with_the_reason(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    """Faust logs a fetcher's crash and keeps the worker up, reading nothing: the worker
-    stops instead, so that its partitions move to one that reads."""
+    """Faust logs a fetcher's crash, which crashes the app (and stops its timers), and
+    keeps the process up reading nothing: the worker's loop timer stops it instead, so
+    that its partitions move to one that reads."""
     from types import SimpleNamespace
+
+    import faust
 
     from pipeline.scoring import upkeep
     from pipeline.scoring.faust_fixes.handover import Handled
@@ -122,11 +148,14 @@ async def test_a_worker_whose_fetcher_crashed_exits_with_the_reason(
         exits.append(why)
 
     monkeypatch.setattr(upkeep, "exit_now", exit_now)
-    fetcher = Service()
-    w: Any = SimpleNamespace(app=SimpleNamespace(_fetcher=fetcher), handled=Handled(), stopping=[])
-    assert upkeep.stop_if_fetcher_crashed(w) is False and not w.stopping
-    await fetcher.crash(KeyError("TopicPartition(topic='t', partition=7)"))
-    assert upkeep.stop_if_fetcher_crashed(w) is True
-    assert upkeep.stop_if_fetcher_crashed(w) is True  # asked once
+    app = faust.App("crash-watch", broker="kafka://127.0.0.1:1", datadir=str(tmp_path))
+    w: Any = SimpleNamespace(app=app, handled=Handled(), stopping=[])
+    upkeep.watch_for_crash(w, 0.01)
+    await asyncio.sleep(0.05)
+    assert not exits and not w.stopping  # nothing crashed: it keeps watching
+    await app._fetcher.crash(KeyError("TopicPartition(topic='t', partition=7)"))
+    assert app.crashed  # the fetcher's crash takes the app with it
+    await asyncio.sleep(0.05)
     await asyncio.gather(*w.stopping)
-    assert len(exits) == 1 and "fetcher crashed (KeyError(" in exits[0]
+    assert len(w.stopping) == 1 and len(exits) == 1
+    assert "Faust crashed (KeyError(" in exits[0]

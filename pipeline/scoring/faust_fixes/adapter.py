@@ -56,8 +56,13 @@ async def seek(consumer: Any, tp: Any, offset: int) -> None:
     (``KeyError`` in ``Fetcher.fetched_records``), and the worker then reads nothing
     more without exiting. Seen here in a benchmark run on a loaded machine.
     """
+    from aiokafka.errors import IllegalStateError
+
     thread = consumer._thread
-    await thread.call_thread(thread.seek, tp, offset)
+    try:
+        await thread.call_thread(thread.seek, tp, offset)
+    except IllegalStateError:  # revoked while the seek waited its turn: its new owner reads it
+        return
     consumer._read_offset[tp] = offset if offset else None  # as Faust's seek does
 
 

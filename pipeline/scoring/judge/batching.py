@@ -31,16 +31,19 @@ class GenerateBatcher:
         self._wait_s = wait_s
         self._waiting: dict[tuple[int, int], list[tuple[str, asyncio.Future[list[str]]]]] = {}
         self._running: set[asyncio.Future[None]] = set()
+        self._timers: dict[tuple[int, int], asyncio.Handle] = {}
 
     async def ask(self, text: str, n: int, max_new_tokens: int) -> list[str]:
         key = (n, max_new_tokens)
         asks = self._waiting.get(key)
         if asks is None:
             asks = self._waiting[key] = []
-            if self._wait_s > 0:
-                asyncio.get_running_loop().call_later(self._wait_s, self._flush, key, asks)
-            else:
-                asyncio.get_running_loop().call_soon(self._flush, key, asks)
+            loop = asyncio.get_running_loop()
+            self._timers[key] = (
+                loop.call_later(self._wait_s, self._flush, key, asks)
+                if self._wait_s > 0
+                else loop.call_soon(self._flush, key, asks)
+            )
         answer: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         asks.append((text, answer))
         if len(asks) >= self._limit:
@@ -56,6 +59,8 @@ class GenerateBatcher:
         if asks is None or (batch is not None and asks is not batch):
             return
         del self._waiting[key]
+        if (timer := self._timers.pop(key, None)) is not None:
+            timer.cancel()  # sent full before its time: the timer has nothing left to send
         if asks:
             task = asyncio.ensure_future(self._request(asks, *key))
             self._running.add(task)
@@ -80,6 +85,14 @@ class GenerateBatcher:
                 answer.set_result(answers[i * n : (i + 1) * n])
 
     async def close(self) -> None:
+        """Cancel the requests under way and the batches still waiting (nothing is sent)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for asks in self._waiting.values():
+            for _, answer in asks:
+                answer.cancel()
+        self._waiting.clear()
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
