@@ -97,9 +97,7 @@ async def test_stopping_the_drain_loop_cancels_a_waiting_delivery_inside() -> No
         finally:
             cleaned.append("cancelled inside")
 
-    drain_loop = asyncio.ensure_future(
-        consumer.wait_first(deliver(), consumer.suspend_flow.wait())
-    )
+    drain_loop = asyncio.ensure_future(consumer.wait_first(deliver(), consumer.suspend_flow.wait()))
     await blocked.wait()
     drain_loop.cancel()
     with pytest.raises(asyncio.CancelledError):
