@@ -15,6 +15,7 @@ from faust.types import StreamT
 
 from pipeline.broker.clients import faust_credentials
 from pipeline.deadletters import Out
+from pipeline.scoring.faust_fixes import drain
 from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
 from pipeline.scoring.faust_fixes.handover import Handled, exit_after_refused_output
@@ -121,6 +122,7 @@ def faust_app(settings: Settings) -> faust.App:
         stream_buffer_maxsize=max(64, s.window),
     )  # fmt: skip
     without_event_stats(app)
+    drain.install(app.consumer)
     return app
 
 

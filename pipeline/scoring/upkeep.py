@@ -21,7 +21,7 @@ from faust.types import TP
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
 from pipeline.scoring.context import Worker
-from pipeline.scoring.faust_fixes import adapter, drain
+from pipeline.scoring.faust_fixes import adapter
 from pipeline.scoring.faust_fixes.handover import commit_ahead, commit_handed_over, exit_now
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ def install(w: Worker) -> None:
     """Connect the rebalance hooks and start the timers of ``w``'s app."""
     app, s = w.app, w.settings.scoring
     flagged: dict[str, float] = {}
-    drain.install(app.consumer)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:

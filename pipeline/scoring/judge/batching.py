@@ -40,9 +40,9 @@ class GenerateBatcher:
             asks = self._waiting[key] = []
             loop = asyncio.get_running_loop()
             self._timers[key] = (
-                loop.call_later(self._wait_s, self._flush, key, asks)
+                loop.call_later(self._wait_s, self._flush, key)
                 if self._wait_s > 0
-                else loop.call_soon(self._flush, key, asks)
+                else loop.call_soon(self._flush, key)
             )
         answer: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         asks.append((text, answer))
@@ -50,17 +50,12 @@ class GenerateBatcher:
             self._flush(key)
         return await answer
 
-    def _flush(
-        self, key: tuple[int, int], batch: list[tuple[str, asyncio.Future[list[str]]]] | None = None
-    ) -> None:
-        """Send the batch waiting under ``key`` (only if it is still ``batch``: a batch that
-        filled up was sent at once, and its timer must not send the next one early)."""
-        asks = self._waiting.get(key)
-        if asks is None or (batch is not None and asks is not batch):
-            return
-        del self._waiting[key]
+    def _flush(self, key: tuple[int, int]) -> None:
+        """Send the batch waiting under ``key``; its timer goes with it (a batch sent full
+        must not have its timer send the next one early)."""
+        asks = self._waiting.pop(key, None)
         if (timer := self._timers.pop(key, None)) is not None:
-            timer.cancel()  # sent full before its time: the timer has nothing left to send
+            timer.cancel()
         if asks:
             task = asyncio.ensure_future(self._request(asks, *key))
             self._running.add(task)
