@@ -33,6 +33,7 @@ from pipeline.settings import Settings
 BATCH_BYTES = 512 * 1024  # below any topic's max.message.bytes default (1 MiB)
 FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch
 Header = tuple[str, bytes]
+RETRY_BACKOFF_MS = 10
 KEYS_KEPT = 100_000  # keys whose partition is remembered (murmur2 in Python is per-key work)
 
 
@@ -88,6 +89,10 @@ async def range_consumer(
         # the broker checked each batch's CRC when it was written; checking it again here
         # is a quarter of a range read's time (librdkafka, and so kcat, skip it by default)
         check_crcs=False,
+        # a partition the client has no metadata for yet (the first offsets asked of each
+        # topic) waits this long after the refresh: aiokafka's 100 ms default is most of
+        # a small range's start
+        retry_backoff_ms=RETRY_BACKOFF_MS,
     )
     async with _started(consumer, settings):
         yield consumer
@@ -102,7 +107,7 @@ async def batch_sender(
     ``compression`` defaults to TURNSTREAM_PRODUCER_COMPRESSION.
     """
     codec = compression or settings.producer_compression
-    use_gzip_level(settings.producer_gzip_level)
+    use_gzip_level(settings.producer_gzip_level, "aiokafka")
     producer = AIOKafkaProducer(
         **aiokafka_config(settings),
         acks="all",

@@ -110,7 +110,7 @@ def check_access(settings: Settings) -> None:
 
 def producer(settings: Settings, max_request_size: int, **overrides: Any) -> KafkaProducer:
     """An idempotent, acks=all producer; callers key by session_id."""
-    use_gzip_level(settings.producer_gzip_level)
+    use_gzip_level(settings.producer_gzip_level, "kafka-python")
     options: dict[str, Any] = {
         **kafka_python_config(settings),
         "acks": "all",

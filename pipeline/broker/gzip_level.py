@@ -28,13 +28,13 @@ from pipeline.errors import ConfigError
 from pipeline.versions import require_tested
 
 TESTED = {"aiokafka": ("0.12.", "0.13.", "0.14."), "kafka-python": ("3.0.",)}
-BUILDERS = (  # modules whose record batch builder calls the global name gzip_encode
-    "aiokafka.record._crecords.default_records",
-    "aiokafka.record.default_records",
-    "kafka.record.default_records",
-)
+BUILDERS = {  # per library, the modules whose batch builder calls the global name gzip_encode
+    "aiokafka": ("aiokafka.record._crecords.default_records", "aiokafka.record.default_records"),
+    "kafka-python": ("kafka.record.default_records",),
+}
 GZIP = 31  # zlib's wbits for a gzip stream (header and trailer)
 _level: int | None = None
+_patched: set[str] = set()  # the libraries whose builders use gzip_encode
 
 
 def gzip_encode(payload: Any, compresslevel: int | None = None) -> bytes:
@@ -42,23 +42,25 @@ def gzip_encode(payload: Any, compresslevel: int | None = None) -> bytes:
     return zlib.compress(payload, compresslevel or _level or 6, wbits=GZIP)
 
 
-def check_versions() -> None:
+def check_versions(library: str) -> None:
     require_tested(
-        TESTED,
+        {library: TESTED[library]},
         "TURNSTREAM_PRODUCER_GZIP_LEVEL (pipeline/broker/gzip_level.py)",
         "tests/kafka/test_produce.py",
     )
 
 
-def use_gzip_level(level: int) -> None:
-    """From now on, the clients of this process gzip their batches at ``level`` (1-9)."""
+def use_gzip_level(level: int, library: str) -> None:
+    """From now on, ``library``'s clients (``aiokafka`` or ``kafka-python``) in this process
+    gzip their batches at ``level`` (1-9). Only that library is imported, so a process that
+    uses one does not load the other."""
     global _level
-    if _level == level:
-        return
-    check_versions()
-    for name in BUILDERS:
-        module = importlib.import_module(name)
-        if not hasattr(module, "gzip_encode"):
-            raise ConfigError(f"{name} has no gzip_encode to replace: extend gzip_level.py")
-        setattr(module, "gzip_encode", gzip_encode)  # noqa: B010 (a module global, by name)
+    if library not in _patched:
+        check_versions(library)
+        for name in BUILDERS[library]:
+            module = importlib.import_module(name)
+            if not hasattr(module, "gzip_encode"):
+                raise ConfigError(f"{name} has no gzip_encode to replace: extend gzip_level.py")
+            setattr(module, "gzip_encode", gzip_encode)  # noqa: B010 (a module global, by name)
+        _patched.add(library)
     _level = level
