@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -89,7 +89,7 @@ async def _replay(
 ) -> None:
     largest = max(spec.max_message_bytes for spec in settings.topics)
     async with (
-        range_consumer(settings) as consumer,
+        range_consumer(settings, raw=True) as consumer,
         batch_sender(settings, f"replayed records to {target}", largest) as out,
     ):
         topics = await consumer.topics()
@@ -157,13 +157,15 @@ async def _copy(
 _OURS = {REPLAY_ID, REPLAY_SOURCE}
 
 
-def _headers(
-    headers: Sequence[tuple[str, bytes]], replay_id: Header, source: bytes, offset: int
-) -> list[Header]:
-    """The source's headers (but an earlier replay's) and this copy's replay id and source."""
-    kept = [h for h in headers if h[0] not in _OURS] if headers else []
-    kept += (replay_id, (REPLAY_SOURCE, b"%s%d" % (source, offset)))
-    return kept
+def _headers(headers: list[Header], replay_id: Header, source: bytes, offset: int) -> list[Header]:
+    """The source's headers (but an earlier replay's) and this copy's replay id and source;
+    ``headers``, the fetched record's own list, is extended in place."""
+    for name, _ in headers:
+        if name in _OURS:
+            headers = [h for h in headers if h[0] not in _OURS]
+            break
+    headers += (replay_id, (REPLAY_SOURCE, b"%s%d" % (source, offset)))
+    return headers
 
 
 async def _first_timestamp(settings: Settings, source: TopicRange) -> int | None:
@@ -172,7 +174,7 @@ async def _first_timestamp(settings: Settings, source: TopicRange) -> int | None
         source.topic,
         {p: (start, start + 1) for p, (start, end) in source.spans.items() if end > start},
     )
-    async with range_consumer(settings, fetch_bytes=FIRST_FETCH_BYTES) as consumer:
+    async with range_consumer(settings, fetch_bytes=FIRST_FETCH_BYTES, raw=True) as consumer:
         stamps = [
             records[0].timestamp
             async for fetched in read_range(consumer, firsts, max_records=1)
