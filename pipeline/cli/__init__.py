@@ -6,10 +6,11 @@ A command's module is imported when that command runs (or help lists it), so
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -92,10 +93,19 @@ def _take_local_rank(argv: list[str]) -> list[str]:
     return out
 
 
+# Commands that hold nothing for the interpreter's teardown to finalize (their clients
+# are closed, their files flushed): they end without it, ~0.15 s sooner (see _quick_exit).
+QUICK_EXIT = {"produce", "replay", "rescore"}
+
+
 def main() -> None:
     sys.argv = _take_local_rank(sys.argv)
     try:
         app()
+    except SystemExit as exc:  # how Typer ends every command
+        if len(sys.argv) > 1 and sys.argv[1] in QUICK_EXIT:
+            _quick_exit(exc.code)
+        raise
     except TurnstreamError as exc:
         _exit_with(str(exc))
     except Exception as exc:
@@ -105,6 +115,18 @@ def main() -> None:
         from pipeline.settings import load_settings
 
         _exit_with(str(authentication_failed(load_settings(), exc)))
+
+
+def _quick_exit(code: str | int | None) -> NoReturn:
+    """Exit as ``sys.exit(code)`` would, but without the teardown of every module's objects:
+    after the imports of a bulk command that is about 0.15 s, a tenth of a short replay.
+    The atexit handlers run (logging's flush among them) and the streams are flushed."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def _refused_login(exc: Exception) -> bool:

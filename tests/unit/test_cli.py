@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -69,3 +72,26 @@ def test_deepspeed_launcher_local_rank_argument_is_taken(monkeypatch) -> None:  
     argv = ["turnstream", "--local_rank=1", "train", "--config", "c.yaml"]
     assert _take_local_rank(argv) == ["turnstream", "train", "--config", "c.yaml"]
     assert os.environ["LOCAL_RANK"] == "1"
+
+
+@pytest.mark.parametrize(("code", "rc", "err"), [(None, 0, ""), (3, 3, ""), ("bad", 1, "bad\n")])
+def test_a_quick_exit_keeps_the_exit_code_the_output_and_the_atexit_handlers(
+    code: object, rc: int, err: str
+) -> None:
+    script = (
+        "import atexit, sys; from pipeline.cli import _quick_exit; "
+        "atexit.register(lambda: print(' and its atexit handler')); "
+        f"sys.stdout.write('buffered output'); _quick_exit({code!r})"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == rc
+    assert done.stdout == "buffered output and its atexit handler\n"
+    assert done.stderr == err
+
+
+def test_a_bulk_command_run_as_a_process_ends_quickly_with_its_output() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "replay", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Copy a range of one topic into another" in done.stdout
