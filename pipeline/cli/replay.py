@@ -48,6 +48,9 @@ def replay_cmd(
     end_offsets: str = typer.Option(None, help="PARTITION:OFFSET,... to stop before"),
     partitions: str = PARTITIONS,
     replay_id: str = typer.Option(None, help="name this replay (default: a hash of the range)"),
+    processes: int = typer.Option(
+        0, min=0, help="processes that copy, partitions shared (0: 2 with two cores or more)"
+    ),
 ) -> None:
     """Copy a range of one topic into another, keeping keys, headers and timestamps.
 
@@ -75,7 +78,9 @@ def replay_cmd(
 
     rid = replay_id or replay_id_for(topic, to, **request.options())
     try:
-        report = replay(settings, topic, request, to, replay_id=rid, progress=show)
+        report = replay(
+            settings, topic, request, to, replay_id=rid, progress=show, processes=processes or None
+        )
     finally:
         bar.stop()
     console.print(

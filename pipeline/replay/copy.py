@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,14 +23,14 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.broker.bulk import BatchSender, Header, batch_sender, range_consumer
+from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.errors import ConfigError
 from pipeline.replay.ranges import RangeRequest, TopicRange, resolve_on
 from pipeline.replay.reader import read_range
+from pipeline.replay.share import REPLAY_ID, REPLAY_SOURCE, Helper, copy_span
 from pipeline.settings import Settings
 
-REPLAY_ID = "turnstream-replay-id"
-REPLAY_SOURCE = "turnstream-replay-source"
+SPLIT_RECORDS = 20_000  # a range this large is copied by two processes (see replay)
 SCAN_SLACK_MS = 5 * 60 * 1000
 FIRST_FETCH_BYTES = 64 * 1024  # the first record of each partition: no need for more
 
@@ -65,18 +66,28 @@ def replay(
     target: str,
     replay_id: str | None = None,
     progress: Callable[[ReplayReport], None] | None = None,
+    processes: int | None = None,
 ) -> ReplayReport:
     """Copy ``request``'s range of ``source`` into ``target``; ``progress`` is called with
-    the report once the range is resolved (``report.span``) and after each fetch."""
+    the report once the range is resolved (``report.span``) and after each fetch.
+
+    ``processes`` copy the range, its partitions shared between them; by default
+    two do on a machine with two cores or more, for ``SPLIT_RECORDS`` or more.
+    """
     if source == target:
         raise ConfigError("--from and --to name the same topic; replay into another topic")
     report = ReplayReport(replay_id or replay_id_for(source, target, **request.options()))
-    asyncio.run(_replay(settings, source, request, target, report, progress or _quiet))
+    split_at = SPLIT_RECORDS if processes is None else 0
+    if processes is None:
+        processes = 2 if (os.cpu_count() or 1) >= 2 else 1
+    # forked before any client or event loop exists; they start their clients meanwhile
+    helpers = [Helper(settings, target) for _ in range(processes - 1)]
+    try:
+        asyncio.run(_replay(settings, source, request, target, report, progress, helpers, split_at))
+    finally:
+        for helper in helpers:
+            helper.close()
     return report
-
-
-def _quiet(report: ReplayReport) -> None:
-    pass
 
 
 async def _replay(
@@ -85,7 +96,9 @@ async def _replay(
     request: RangeRequest,
     target: str,
     report: ReplayReport,
-    progress: Callable[[ReplayReport], None],
+    progress: Callable[[ReplayReport], None] | None,
+    helpers: list[Helper],
+    split_at: int,
 ) -> None:
     largest = max(spec.max_message_bytes for spec in settings.topics)
     async with (
@@ -101,71 +114,33 @@ async def _replay(
         source_parts = await out.partitions(source) if source in topics else None
         span = await resolve_on(settings, consumer, source, set(source_parts or ()), request)
         report.span, report.total = span, span.total
-        progress(report)
+        if progress:
+            progress(report)
         target_parts = await out.partitions(target)
+        same_layout = target_parts == source_parts
         done = await _copied_sources(settings, consumer, span, target, target_parts, report)
         started = time.monotonic()
-        await _copy(
-            consumer,
-            out,
-            span,
-            target,
-            target_parts == source_parts,
-            done,
-            report,
-            progress,
-            started,
-        )
+
+        def counted(copied: int, already: int) -> None:
+            report.copied += copied
+            report.already_there += already
+            report.seconds = time.monotonic() - started
+            if progress:
+                progress(report)
+
+        rid = report.replay_id
+        shares = span.split(len(helpers) + 1) if span.total >= max(split_at, 1) else [span]
+        mine, copies = dict(shares[0].spans), []
+        for helper, share in zip(helpers, shares[1:], strict=False):
+            if helper.give(share, done, same_layout, rid):
+                copies.append(helper.copied(counted))
+            else:  # it could not start: this process copies its share too
+                mine.update(share.spans)
+        own = TopicRange(span.topic, mine)
+        copies.append(copy_span(consumer, out, own, target, same_layout, done, rid, counted))
+        await asyncio.gather(*copies)
         await out.flush()
-        report.seconds = time.monotonic() - started
-        progress(report)
-
-
-async def _copy(
-    consumer: AIOKafkaConsumer,
-    out: BatchSender,
-    span: TopicRange,
-    target: str,
-    same_layout: bool,
-    done: set[str],
-    report: ReplayReport,
-    progress: Callable[[ReplayReport], None],
-    started: float,
-) -> None:
-    """Copy ``span`` but the sources in ``done`` into ``target``."""
-    replay_id = (REPLAY_ID, report.replay_id.encode())
-    async for fetched in read_range(consumer, span):
-        for tp, records in fetched.items():
-            prefix = f"{tp.topic}/{tp.partition}/"
-            fresh = [r for r in records if prefix + str(r.offset) not in done] if done else records
-            report.already_there += len(records) - len(fresh)
-            source = prefix.encode()
-            copies = (
-                (r.key, r.value, r.timestamp, _headers(r.headers, replay_id, source, r.offset))
-                for r in fresh
-            )
-            if same_layout:
-                await out.add(target, tp.partition, copies)
-            else:
-                for key, value, timestamp_ms, headers in copies:
-                    await out.add_keyed(target, key, value, timestamp_ms, headers)
-            report.copied += len(fresh)
-        report.seconds = time.monotonic() - started
-        progress(report)
-
-
-_OURS = {REPLAY_ID, REPLAY_SOURCE}
-
-
-def _headers(headers: list[Header], replay_id: Header, source: bytes, offset: int) -> list[Header]:
-    """The source's headers (but an earlier replay's) and this copy's replay id and source;
-    ``headers``, the fetched record's own list, is extended in place."""
-    for name, _ in headers:
-        if name in _OURS:
-            headers = [h for h in headers if h[0] not in _OURS]
-            break
-    headers += (replay_id, (REPLAY_SOURCE, b"%s%d" % (source, offset)))
-    return headers
+        counted(0, 0)
 
 
 async def _first_timestamp(settings: Settings, source: TopicRange) -> int | None:

@@ -10,6 +10,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from pipeline.broker.clients import admin_client
+from pipeline.replay.copy import REPLAY_SOURCE
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from tests.kafka.helpers import read_all, turnstream
@@ -121,6 +122,46 @@ def test_replay_by_offsets_and_partitions_into_a_differently_sized_topic(
     assert bad.returncode == 1 and "expected ISO 8601" in bad.stderr
     missing = turnstream("replay", "--from", "chat.turns", "--to", "nope", env=cli_env)
     assert missing.returncode == 1 and "target topic nope does not exist" in missing.stderr
+
+
+def test_replay_shared_between_two_processes_keeps_everything_and_runs_once(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    admin.apply(settings)
+    fill(settings)
+    partitions = settings.topics.chat_turns.partitions
+    source = {
+        (r.partition, r.offset): r for r in read_all(settings, settings.topics.chat_turns.name)
+    }
+    assert len({p for p, _ in source}) >= 2  # something to share
+    for name, count in (("replay.split", partitions), ("replay.split.keyed", 1)):
+        target = make_target(settings, name, count)
+        args = ["replay", "--from", "chat.turns", "--to", target, "--processes", "2"]
+        first = turnstream(*args, env=cli_env)
+        assert first.returncode == 0, first.stderr
+        assert "copied 120, already in" in first.stdout and f"{target} 0," in first.stdout
+        copies = read_all(settings, target)
+        assert len(copies) == 120
+        seen = set()
+        for copy in copies:
+            headers = copy.headers
+            topic, partition, offset = dict(headers)[REPLAY_SOURCE].decode().rsplit("/", 2)
+            original = source[(int(partition), int(offset))]
+            seen.add((original.partition, original.offset))
+            assert topic == settings.topics.chat_turns.name
+            assert (copy.key, copy.value, copy.timestamp) == (
+                original.key,
+                original.value,
+                original.timestamp,
+            )
+            assert list(headers[:2]) == list(original.headers)  # in order, then ours
+            assert copy.partition == (original.partition if count == partitions else 0)
+        assert seen == set(source)  # each source record copied exactly once
+        for processes in ("2", "1"):  # the same replay, shared or not: nothing more
+            again = turnstream(*args[:-1], processes, env=cli_env)
+            assert again.returncode == 0, again.stderr
+            assert "copied 0, already in" in again.stdout and f"{target} 120," in again.stdout
+        assert len(read_all(settings, target)) == 120
 
 
 def test_offsets_show_and_reset_refused_while_the_group_consumes(

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.replay.copy import replay_id_for
-from pipeline.replay.ranges import parse_offsets, parse_partitions, parse_time
+from pipeline.replay.ranges import TopicRange, parse_offsets, parse_partitions, parse_time
 
 
 def test_times_in_iso_8601_or_epoch_ms() -> None:
@@ -34,3 +34,14 @@ def test_replay_ids_follow_the_request() -> None:
     assert a != replay_id_for("t.chat.turns", "copy", since="2")
     assert a != replay_id_for("t.chat.turns", "other", since="1")
     assert len(a) == 16
+
+
+def test_a_range_splits_into_shares_of_whole_partitions() -> None:
+    span = TopicRange("t", {0: (0, 100), 1: (10, 60), 2: (5, 5), 3: (0, 40), 4: (7, 17)})
+    shares = span.split(2)
+    assert [sorted(s.spans) for s in shares] == [[0], [1, 3, 4]]  # 100 records, and 50+40+10
+    assert all(s.spans[p] == span.spans[p] for s in shares for p in s.spans)  # whole partitions
+    assert sum(s.total for s in shares) == span.total
+    assert [s.spans for s in span.split(8)] == [{0: (0, 100)}, {1: (10, 60)}, {3: (0, 40)},
+                                                {4: (7, 17)}]  # fmt: skip
+    assert TopicRange("t", {0: (3, 3)}).split(2) == []  # nothing to read: no share
