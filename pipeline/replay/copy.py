@@ -82,11 +82,13 @@ def replay(
         processes = 2 if (os.cpu_count() or 1) >= 2 else 1
     # forked before any client or event loop exists; they start their clients meanwhile
     helpers = [Helper(settings, target) for _ in range(processes - 1)]
+    finished = False
     try:
         asyncio.run(_replay(settings, source, request, target, report, progress, helpers, split_at))
+        finished = True
     finally:
         for helper in helpers:
-            helper.close()
+            helper.close(finished)
     return report
 
 

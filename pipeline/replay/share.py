@@ -127,14 +127,20 @@ class Helper:
         finally:
             loop.remove_reader(self._conn.fileno())
 
-    def close(self) -> None:
-        """Tell a helper without a share to stop, and wait for it (bounded)."""
+    def close(self, finished: bool) -> None:
+        """Wait for a helper that ``finished`` its share, or was given none, to exit (bounded);
+        stop one at once when the replay failed or was interrupted (what it copied is skipped
+        by the next run), killing it if it does not stop."""
         if not self._given:
             with contextlib.suppress(OSError):
                 self._conn.send(None)
-        self._process.join(CLOSE_S)
+        if finished or not self._given:
+            self._process.join(CLOSE_S)
         if self._process.is_alive():
             self._process.terminate()
+            self._process.join(CLOSE_S / 2)
+        if self._process.is_alive():  # stopped, or deaf to SIGTERM
+            self._process.kill()
             self._process.join(CLOSE_S)
         self._conn.close()
 

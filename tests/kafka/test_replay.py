@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
@@ -162,6 +169,78 @@ def test_replay_shared_between_two_processes_keeps_everything_and_runs_once(
             assert again.returncode == 0, again.stderr
             assert "copied 0, already in" in again.stdout and f"{target} 120," in again.stdout
         assert len(read_all(settings, target)) == 120
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "helper-killed"])
+def test_a_shared_replay_cut_short_stops_its_helper_and_a_rerun_completes_it(
+    settings: Settings, cli_env: dict[str, str], how: str
+) -> None:
+    """The helper is stopped (SIGSTOP) once forked, so the replay cannot finish; then either
+    Ctrl-C reaches the replay, or the helper is killed. Either way the replay ends at once,
+    no process of it is left, and the same replay run again copies each record once."""
+    admin.apply(settings)
+    fill(settings)
+    source = read_all(settings, settings.topics.chat_turns.name)
+    target = make_target(settings, f"replay.cut.{how}", settings.topics.chat_turns.partitions)
+    args = ["replay", "--from", "chat.turns", "--to", target, "--processes", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        env={**cli_env, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (helpers := _children(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(helpers) == 1, "the replay forked no helper"
+        helper = helpers[0]
+        os.kill(helper, signal.SIGSTOP)
+        assert proc.stdout is not None
+        assert "replaying 120 record(s)" in proc.stdout.readline()  # the range is resolved
+        time.sleep(1.0)  # the main process copies its share meanwhile
+        assert proc.poll() is None, "a replay finished without its helper's share"
+        if how == "ctrl-c":
+            os.kill(proc.pid, signal.SIGINT)
+        else:
+            os.kill(helper, signal.SIGKILL)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (130 if how == "ctrl-c" else 1), err
+    if how == "helper-killed":
+        assert "the replay helper process exited before its share was copied" in err
+        assert "run the same replay again" in err
+    assert _gone(helper, 10), "the helper outlived the replay"
+    again = turnstream(*args, env=cli_env)
+    assert again.returncode == 0, again.stderr
+    copies = read_all(settings, target)
+    sources = sorted(dict(c.headers)[REPLAY_SOURCE] for c in copies)
+    assert len(sources) == len(set(sources)) == len(source) == 120  # each once, none missing
 
 
 def test_offsets_show_and_reset_refused_while_the_group_consumes(
