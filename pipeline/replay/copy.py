@@ -107,6 +107,8 @@ async def _replay(
         range_consumer(settings, raw=True) as consumer,
         batch_sender(settings, f"replayed records to {target}", largest) as out,
     ):
+        for helper in helpers:
+            helper.start()
         topics = await consumer.topics()
         if target not in topics:
             raise ConfigError(

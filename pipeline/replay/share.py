@@ -2,9 +2,11 @@
 
 A replay of many records is CPU-bound in Python (unpacking fetched records,
 building batches). :class:`Helper` is a process forked before any client
-exists, which starts a consumer and a producer of its own while the replay
-resolves its range, then copies the partitions it is given. A partition is
-copied whole by one process, so records keep their order within it.
+exists. Once the replay's own clients are in (so a refused login is tried
+once, not once a process), it starts a consumer and a producer of its own
+while the replay resolves its range, then copies the partitions it is given.
+A partition is copied whole by one process, so records keep their order
+within it.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ class Helper:
         theirs.close()
         self._given = False
 
+    def start(self) -> None:
+        """Let the helper start its clients (the replay's own have started)."""
+        with contextlib.suppress(OSError):
+            self._conn.send("start")
+
     def give(self, share: TopicRange, done: set[str], same_layout: bool, replay_id: str) -> bool:
         """Hand ``share`` over; False when the helper is gone (it could not start its clients)."""
         mine = {f"{share.topic}/{p}/" for p in share.spans}
@@ -128,13 +135,11 @@ class Helper:
             loop.remove_reader(self._conn.fileno())
 
     def close(self, finished: bool) -> None:
-        """Wait for a helper that ``finished`` its share, or was given none, to exit (bounded);
-        stop one at once when the replay failed or was interrupted (what it copied is skipped
-        by the next run), killing it if it does not stop."""
-        if not self._given:
-            with contextlib.suppress(OSError):
-                self._conn.send(None)
-        if finished or not self._given:
+        """Wait for a helper that ``finished`` its share to exit (bounded). Stop one at once
+        that was given nothing (it holds nothing of the replay's: a small range, or a replay
+        that failed to start), or whose replay failed or was interrupted (what it copied is
+        skipped by the next run); kill it if it does not stop."""
+        if self._given and finished:
             self._process.join(CLOSE_S)
         if self._process.is_alive():
             self._process.terminate()
@@ -160,11 +165,14 @@ def _helper_main(settings: Settings, target: str, conn: Any) -> None:
 
 async def _help(settings: Settings, target: str, conn: Any) -> None:
     largest = max(spec.max_message_bytes for spec in settings.topics)
+    loop = asyncio.get_running_loop()
+    if await loop.run_in_executor(None, conn.recv) is None:  # the replay could not start
+        return
     async with (
         range_consumer(settings, raw=True) as consumer,
         batch_sender(settings, f"replayed records to {target}", largest) as out,
     ):
-        job = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        job = await loop.run_in_executor(None, conn.recv)
         if job is None:
             return
         share, done, same_layout, replay_id = job
