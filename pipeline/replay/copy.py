@@ -80,7 +80,7 @@ def replay(
     split_at = SPLIT_RECORDS if processes is None else 0
     if processes is None:
         processes = 2 if (os.cpu_count() or 1) >= 2 else 1
-    # forked before any client or event loop exists; they start their clients meanwhile
+    # forked before any client or event loop exists; each starts its clients once ours have
     helpers = [Helper(settings, target) for _ in range(processes - 1)]
     finished = False
     try:
