@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
 
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.clients import admin_client, consumer_config
 from pipeline.settings import Settings
 
 
@@ -83,3 +84,14 @@ def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
+
+
+def make_topic(settings: Settings, name: str, partitions: int) -> str:
+    """Create ``settings.topic_prefix + name`` with ``partitions``; its full name."""
+    topic = settings.topic_prefix + name
+    client = admin_client(settings)
+    try:
+        client.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        client.close()
+    return topic

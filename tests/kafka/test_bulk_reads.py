@@ -6,13 +6,12 @@ import asyncio
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
-from kafka.admin import NewTopic
 
 from pipeline.broker.bulk import range_consumer
-from pipeline.broker.clients import admin_client
 from pipeline.replay.ranges import TopicRange
 from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
+from tests.kafka.helpers import make_topic
 
 
 async def fill(settings: Settings, topic: str) -> None:
@@ -64,12 +63,7 @@ async def read(settings: Settings, topic: str, raw: bool) -> dict[int, list]:
 
 
 def test_a_raw_reader_yields_what_a_plain_one_does(settings: Settings) -> None:
-    topic = settings.topic_prefix + "bulk.reads"
-    client = admin_client(settings)
-    try:
-        client.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        client.close()
+    topic = make_topic(settings, "bulk.reads", 2)
     asyncio.run(fill(settings, topic))
     raw = asyncio.run(read(settings, topic, raw=True))
     plain = asyncio.run(read(settings, topic, raw=False))

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
 
 from pipeline.broker.clients import admin_client
 from pipeline.replay.copy import REPLAY_SOURCE
 from pipeline.settings import Settings
 from pipeline.topics import admin
-from tests.kafka.helpers import read_all, turnstream
+from tests.kafka.helpers import make_topic, read_all, turnstream
 
 # Record timestamps (ms), 100 s apart, an hour ago: recent enough that retention
 # (which counts from record timestamps) keeps them for the test.
@@ -48,16 +47,6 @@ def fill(settings: Settings) -> dict[int, list[tuple[str, int]]]:
     return sent
 
 
-def make_target(settings: Settings, name: str, partitions: int) -> str:
-    topic = settings.topic_prefix + name
-    client = admin_client(settings)
-    try:
-        client.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        client.close()
-    return topic
-
-
 def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
@@ -67,7 +56,7 @@ def test_replay_copies_exactly_a_time_range_once(
 ) -> None:
     admin.apply(settings)
     sent = fill(settings)
-    target = make_target(settings, "replay.target", settings.topics.chat_turns.partitions)
+    target = make_topic(settings, "replay.target", settings.topics.chat_turns.partitions)
     args = ["replay", "--from", "chat.turns", "--to", target]
     window = ["--since", iso(ERAS[1]), "--until", str(ERAS[2])]  # ISO and epoch ms
     first = turnstream(*args, *window, env=cli_env)
@@ -101,7 +90,7 @@ def test_replay_by_offsets_and_partitions_into_a_differently_sized_topic(
 ) -> None:
     admin.apply(settings)
     fill(settings)
-    target = make_target(settings, "replay.small", 1)
+    target = make_topic(settings, "replay.small", 1)
     source = read_all(settings, settings.topics.chat_turns.name)
     counts = {p: sum(1 for r in source if r.partition == p) for p in {r.partition for r in source}}
     busy = max(counts, key=lambda p: counts[p])
@@ -142,7 +131,7 @@ def test_replay_shared_between_two_processes_keeps_everything_and_runs_once(
     }
     assert len({p for p, _ in source}) >= 2  # something to share
     for name, count in (("replay.split", partitions), ("replay.split.keyed", 1)):
-        target = make_target(settings, name, count)
+        target = make_topic(settings, name, count)
         args = ["replay", "--from", "chat.turns", "--to", target, "--processes", "2"]
         first = turnstream(*args, env=cli_env)
         assert first.returncode == 0, first.stderr
@@ -203,7 +192,7 @@ def test_a_shared_replay_cut_short_stops_its_helper_and_a_rerun_completes_it(
     admin.apply(settings)
     fill(settings)
     source = read_all(settings, settings.topics.chat_turns.name)
-    target = make_target(settings, f"replay.cut.{how}", settings.topics.chat_turns.partitions)
+    target = make_topic(settings, f"replay.cut.{how}", settings.topics.chat_turns.partitions)
     args = ["replay", "--from", "chat.turns", "--to", target, "--processes", "2"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli", *args],
