@@ -120,13 +120,18 @@ def main() -> None:
 def _quick_exit(code: str | int | None) -> NoReturn:
     """Exit as ``sys.exit(code)`` would, but without the teardown of every module's objects:
     after the imports of a bulk command that is about 0.15 s, a tenth of a short replay.
-    The atexit handlers run (logging's flush among them) and the streams are flushed."""
+    The atexit handlers run (logging's flush among them) and the streams are flushed; a
+    stream that cannot be (a closed pipe) makes a clean exit 120, as at Python's own exit."""
     if isinstance(code, str):
         print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else 0 if code is None else 1
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = status or 120
+    os._exit(status)
 
 
 def _refused_login(exc: Exception) -> bool:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 
 runner = CliRunner()
+BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # output waits
 
 
 def test_help_lists_every_command() -> None:
@@ -83,10 +85,23 @@ def test_a_quick_exit_keeps_the_exit_code_the_output_and_the_atexit_handlers(
         "atexit.register(lambda: print(' and its atexit handler')); "
         f"sys.stdout.write('buffered output'); _quick_exit({code!r})"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=BUFFERED
+    )
     assert done.returncode == rc
     assert done.stdout == "buffered output and its atexit handler\n"
     assert done.stderr == err
+
+
+def test_a_quick_exit_into_a_closed_pipe_is_python_s_exit_120_without_a_traceback() -> None:
+    script = (
+        "import os, sys; from pipeline.cli import _quick_exit; "
+        "sys.stdout.write('x' * 100); os.close(sys.stdout.fileno()); _quick_exit(None)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=BUFFERED
+    )
+    assert (done.returncode, done.stderr) == (120, "")
 
 
 def test_a_bulk_command_run_as_a_process_ends_quickly_with_its_output() -> None:
