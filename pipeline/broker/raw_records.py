@@ -2,8 +2,8 @@
 
 aiokafka's fetcher parses a record batch in C, then builds a Python
 ``ConsumerRecord`` dataclass per record (eleven fields, the key's and value's
-sizes, a copy of the headers): about a third of what a replay's copy loop
-spends (py-spy over ``turnstream replay`` of 100,000 records). A consumer made
+sizes, a copy of the headers): a quarter to a third of a range read's CPU
+(100,000 records: 0.61-0.77 s with them, 0.46-0.50 s without). A consumer made
 with ``key_deserializer=RAW`` gets the parsed records themselves: ``offset``,
 ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers`` (a list of
 ``(str, bytes)``) and ``checksum``, but no ``topic`` or ``partition``: they
