@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +40,16 @@ def spawn_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
+
+
+def fresh_dir(path: Path) -> Path:
+    """``path`` as an empty directory. What an earlier run left there (a trainer's
+    checkpoints, ledger and metrics) is removed: a new run would otherwise resume the old
+    trainer, find its steps already done, and report the old run's figures."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:

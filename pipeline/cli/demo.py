@@ -30,7 +30,9 @@ def demo(
     keep_broker: bool = typer.Option(
         False, "--keep-broker", help="leave the local broker running afterwards"
     ),
-    workdir: Path = typer.Option(Path(".turnstream/demo"), help="logs, state and the chart"),
+    workdir: Path = typer.Option(
+        Path(".turnstream/demo"), help="logs, state and the chart (an earlier run's replaced)"
+    ),
     timeout: float = typer.Option(600.0, help="--recorded: seconds to wait for scoring/training"),
 ) -> None:
     """Run the whole pipeline here, live: the real SmolLM2-135M-Instruct served as the

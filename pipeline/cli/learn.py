@@ -62,7 +62,9 @@ def learn(
         "the scoring worker's 4096 for a URL)",
     ),
     prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
-    workdir: Path = typer.Option(DEFAULTS.workdir, help="logs, state, learn.json and learn.png"),
+    workdir: Path = typer.Option(
+        DEFAULTS.workdir, help="logs, state, learn.json and learn.png (an earlier run's replaced)"
+    ),
     seed: int = typer.Option(DEFAULTS.seed, help="the users' choices of prompts"),
     timeout: float = typer.Option(DEFAULTS.timeout_s, help="give up after this many seconds"),
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.processes import spawn_cli, wait_http_ok
+from pipeline.processes import fresh_dir, spawn_cli, wait_http_ok
 from pipeline.settings import Settings
 
 Proc = subprocess.Popen[bytes]
@@ -123,7 +123,7 @@ def start_trainer(
 ) -> tuple[Proc, TrainerFiles]:
     """`turnstream train` from ``model``'s weights, pushing every version to ``policy_url``."""
     files = trainer_files(workdir)
-    files.config.parent.mkdir(parents=True, exist_ok=True)
+    fresh_dir(files.config.parent)  # a run's trainer starts from the model, never an old run
     config = {
         "mode": "rl",
         "model_path": str(model),
