@@ -29,7 +29,7 @@ from pipeline.broker.clients import consumer_config
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
-from pipeline.processes import Children, fresh_dir, spawn_cli, tail
+from pipeline.processes import Children, spawn_cli, tail
 from pipeline.produce import produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
@@ -88,7 +88,8 @@ def start_trainer(settings: Settings, workdir: Path) -> tuple[subprocess.Popen[b
     base = yaml.safe_load(
         shipped_file("configs/trainer-cpu-tiny.yaml", "trainer-cpu-tiny.yaml").read_text()
     )
-    trainer_dir = fresh_dir(workdir / "trainer")  # never an earlier demo's checkpoints
+    trainer_dir = workdir / "trainer"  # run again, it carries on (and skips what it trained)
+    trainer_dir.mkdir(parents=True, exist_ok=True)
     metrics = trainer_dir / "metrics.jsonl"
     config = {
         **base,

@@ -31,7 +31,7 @@ def demo(
         False, "--keep-broker", help="leave the local broker running afterwards"
     ),
     workdir: Path = typer.Option(
-        Path(".turnstream/demo"), help="logs, state and the chart (an earlier run's replaced)"
+        Path(".turnstream/demo"), help="logs, state and the chart (live: a fresh trainer each run)"
     ),
     timeout: float = typer.Option(600.0, help="--recorded: seconds to wait for scoring/training"),
 ) -> None:

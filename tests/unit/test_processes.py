@@ -32,32 +32,25 @@ def test_children_stop_together_within_one_timeout_and_stubborn_ones_are_killed(
     children.stop()  # stopping again is harmless
 
 
-def test_a_runs_trainer_starts_from_the_model_not_an_earlier_runs_checkpoints(
+def test_a_live_runs_trainer_starts_from_the_model_not_an_earlier_runs_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`make demo` run twice: the second run resumed the first one's trainer (step 16 of 16
-    already done), pushed nothing and reported the old ledger. Each run's trainer starts in a
-    fresh directory, for the live stack and the recorded demo alike."""
-    from pipeline import demo
+    already done), pushed nothing and reported the old ledger. A live run (new topics, the
+    policy served from the model) starts its trainer in a fresh directory. (The recorded
+    demo, run again, carries on on the same topics on purpose: tests/kafka/test_demo.py.)"""
     from pipeline.learn import stack
 
     spawned: list[list[str]] = []
-    fake = lambda args, env, log: spawned.append(args)  # noqa: E731 (no process started)
-    monkeypatch.setattr(stack, "spawn_cli", fake)
-    monkeypatch.setattr(demo, "_spawn", fake)
+    monkeypatch.setattr(stack, "spawn_cli", lambda args, env, log: spawned.append(args))
     settings = Settings()
-    starts = {
-        "live": lambda: stack.start_trainer(settings, tmp_path / "m", "http://x", tmp_path, {}),
-        "recorded": lambda: demo.start_trainer(settings, tmp_path / "recorded"),
-    }
-    for name, start in starts.items():
-        start()
-        trainer = (tmp_path if name == "live" else tmp_path / "recorded") / "trainer"
-        for old in ("ckpt/step00000016/model.pt", "ledger.tsv", "metrics.jsonl"):
-            (trainer / old).parent.mkdir(parents=True, exist_ok=True)
-            (trainer / old).write_text("an earlier run")
-        start()
-        assert not (trainer / "ckpt").exists(), name
-        assert not (trainer / "ledger.tsv").exists() and not (trainer / "metrics.jsonl").exists()
-    assert len(spawned) == 4 and all(args[0] == "train" for args in spawned)
-    assert (tmp_path / "trainer" / "trainer.yaml").exists()  # the live run's config is rewritten
+    stack.start_trainer(settings, tmp_path / "m", "http://x", tmp_path, {})
+    trainer = tmp_path / "trainer"
+    for old in ("ckpt/step00000016/model.pt", "ledger.tsv", "metrics.jsonl"):
+        (trainer / old).parent.mkdir(parents=True, exist_ok=True)
+        (trainer / old).write_text("an earlier run")
+    stack.start_trainer(settings, tmp_path / "m", "http://x", tmp_path, {})
+    assert not (trainer / "ckpt").exists()
+    assert not (trainer / "ledger.tsv").exists() and not (trainer / "metrics.jsonl").exists()
+    assert (trainer / "trainer.yaml").exists()  # the new run's config
+    assert len(spawned) == 2 and all(args[0] == "train" for args in spawned)
