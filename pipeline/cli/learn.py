@@ -63,7 +63,7 @@ def learn(
     ),
     prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
     workdir: Path = typer.Option(
-        DEFAULTS.workdir, help="logs, state, learn.json and learn.png (an earlier run's replaced)"
+        DEFAULTS.workdir, help="logs, state, learn.json and learn.png (a fresh trainer each run)"
     ),
     seed: int = typer.Option(DEFAULTS.seed, help="the users' choices of prompts"),
     timeout: float = typer.Option(DEFAULTS.timeout_s, help="give up after this many seconds"),
