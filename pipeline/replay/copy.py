@@ -23,11 +23,17 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.broker.bulk import batch_sender, range_consumer
+from pipeline.broker.bulk import range_consumer
 from pipeline.errors import ConfigError
 from pipeline.replay.ranges import RangeRequest, TopicRange, resolve_on
 from pipeline.replay.reader import read_range
-from pipeline.replay.share import REPLAY_ID, REPLAY_SOURCE, Helper, copy_span
+from pipeline.replay.share import (
+    REPLAY_ID,
+    REPLAY_SOURCE,
+    Helper,
+    copy_span,
+    replay_clients,
+)
 from pipeline.settings import Settings
 
 SPLIT_RECORDS = 20_000  # a range this large is copied by two processes (see replay)
@@ -102,11 +108,7 @@ async def _replay(
     helpers: list[Helper],
     split_at: int,
 ) -> None:
-    largest = max(spec.max_message_bytes for spec in settings.topics)
-    async with (
-        range_consumer(settings, raw=True) as consumer,
-        batch_sender(settings, f"replayed records to {target}", largest) as out,
-    ):
+    async with replay_clients(settings, target) as (consumer, out):
         for helper in helpers:
             helper.start()
         topics = await consumer.topics()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -30,6 +31,19 @@ REPLAY_SOURCE = "turnstream-replay-source"
 _OURS = {REPLAY_ID, REPLAY_SOURCE}
 Counted = Callable[[int, int], None]  # (copied, already there) since the last call
 CLOSE_S = 10.0
+
+
+@asynccontextmanager
+async def replay_clients(
+    settings: Settings, target: str
+) -> AsyncIterator[tuple[AIOKafkaConsumer, BatchSender]]:
+    """The consumer and the producer that one process of a replay copies with."""
+    largest = max(spec.max_message_bytes for spec in settings.topics)
+    async with (
+        range_consumer(settings, raw=True) as consumer,
+        batch_sender(settings, f"replayed records to {target}", largest) as out,
+    ):
+        yield consumer, out
 
 
 async def copy_span(
@@ -164,14 +178,10 @@ def _helper_main(settings: Settings, target: str, conn: Any) -> None:
 
 
 async def _help(settings: Settings, target: str, conn: Any) -> None:
-    largest = max(spec.max_message_bytes for spec in settings.topics)
     loop = asyncio.get_running_loop()
     if await loop.run_in_executor(None, conn.recv) is None:  # the replay could not start
         return
-    async with (
-        range_consumer(settings, raw=True) as consumer,
-        batch_sender(settings, f"replayed records to {target}", largest) as out,
-    ):
+    async with replay_clients(settings, target) as (consumer, out):
         job = await loop.run_in_executor(None, conn.recv)
         if job is None:
             return
