@@ -40,9 +40,9 @@ class SimConfig:
     latency_jitter_ms: float = 0.0  # uniform: latency_ms ± jitter
     latency_dist: str = "uniform"  # or "exponential" (mean latency_ms)
     slots: int = 64
-    error_rate: float = 0.0  # answered with HTTP 503
-    timeout_rate: float = 0.0  # never answered in time
-    malformed_rate: float = 0.0  # answered without a valid \boxed{}
+    error_rate: float = 0.0  # requests answered with HTTP 503
+    timeout_rate: float = 0.0  # requests never answered in time
+    malformed_rate: float = 0.0  # outputs without a valid \boxed{}
     position_bias: float = 0.0  # pairwise prompts: answer "A" (the first shown) regardless
     seed: int = 0
     recorded: int = 256  # request bodies kept for GET /sim/requests (the newest)
@@ -52,9 +52,9 @@ class SimConfig:
 class SimStats:
     requests: int = 0  # HTTP requests (a /generate batch is one request, many calls)
     calls: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    malformed: int = 0
+    errors: int = 0  # requests
+    timeouts: int = 0  # requests
+    malformed: int = 0  # outputs
     busy_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
     in_flight: int = 0
@@ -140,14 +140,23 @@ class JudgeSimulator:
             return self.rng.expovariate(1.0 / cfg.latency_ms)
         return max(0.0, cfg.latency_ms + self.rng.uniform(-1, 1) * cfg.latency_jitter_ms)
 
-    async def _serve(self) -> str | None:
-        """Take a slot for one call; None means answer normally, else the fault to show."""
+    async def _serve(self, calls: int = 1) -> str | None:
+        """Serve one request of ``calls`` calls, each holding a slot for its latency; None
+        means answer normally, else the fault to show. A fault is the request's (a server
+        fails or drops a whole request), so a batch is as likely to fail as a single call."""
         cfg = self.config
         fault = self.rng.random()
         if fault < cfg.timeout_rate:  # never answers, and holds no slot (the client gave up)
-            self.stats.calls += 1
+            self.stats.calls += calls
             self.stats.timeouts += 1
             await asyncio.sleep(3600)
+        await asyncio.gather(*(self._call() for _ in range(calls)))
+        if fault < cfg.timeout_rate + cfg.error_rate:
+            self.stats.errors += 1
+            return "error"
+        return None
+
+    async def _call(self) -> None:
         async with self.slots:
             self.stats.calls += 1
             self.stats.in_flight += 1
@@ -157,10 +166,6 @@ class JudgeSimulator:
                 delay = self.latency_ms()
                 if delay > 0:
                     await asyncio.sleep(delay / 1000)
-                if fault < cfg.timeout_rate + cfg.error_rate:
-                    self.stats.errors += 1
-                    return "error"
-                return None
             finally:
                 self.stats.in_flight -= 1
                 self.stats.busy_s += time.monotonic() - start
@@ -173,7 +178,7 @@ class JudgeSimulator:
         n = int(params.get("n", 1) or 1)  # SGLang's parallel sampling: n answers, one slot each
         text = body.get("text")
         texts = text if isinstance(text, list) else [text]  # a batch: a slot per prompt per answer
-        if "error" in await asyncio.gather(*(self._serve() for _ in range(n * len(texts)))):
+        if await self._serve(n * len(texts)) == "error":
             return web.json_response({"error": "simulated overload"}, status=503)
         if "input_ids" in body:
             return web.json_response(self._logprobs(body, params))
@@ -285,9 +290,15 @@ def main() -> None:
     parser.add_argument("--latency-jitter-ms", type=float, default=0.0)
     parser.add_argument("--latency-dist", choices=["uniform", "exponential"], default="uniform")
     parser.add_argument("--slots", type=int, default=64)
-    parser.add_argument("--error-rate", type=float, default=0.0)
-    parser.add_argument("--timeout-rate", type=float, default=0.0)
-    parser.add_argument("--malformed-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--error-rate", type=float, default=0.0, help="share of requests answered with 503"
+    )
+    parser.add_argument(
+        "--timeout-rate", type=float, default=0.0, help="share of requests never answered"
+    )
+    parser.add_argument(
+        "--malformed-rate", type=float, default=0.0, help="share of outputs with no valid box"
+    )
     parser.add_argument(
         "--position-bias", type=float, default=0.0, help="pairwise: answer A this often"
     )

@@ -167,6 +167,9 @@ def test_judge_faults_never_become_scores(
         **cli_env,
         "TURNSTREAM_SCORING_JUDGE_MAX_ATTEMPTS": "3",
         "TURNSTREAM_SCORING_JUDGE_TIMEOUT_S": "1",
+        # faults are per request: small batches make hundreds of requests, so every kind
+        # of fault, and requests that fail all their attempts, surely occur
+        "TURNSTREAM_SCORING_JUDGE_BATCH_MAX": "4",
     }
     try:
         wait_http(url + "/health", sim)
