@@ -5,7 +5,8 @@ set, independently of the agent's outputs (at-least-once mode; its
 exactly-once mode, which would tie them in a transaction, loses or duplicates
 under kill -9: robinhood/faust#340, faust-streaming #323, #517). Can go when
 Faust can tie a changelog write to the delivery of an event's outputs.
-Uses only public API (``Table.data``, ``Table.changelog_topic``, ``Producer.send``).
+Uses only public API of Faust (``Table.data``, ``Table.changelog_topic``); its records go out
+with the agents' outputs, through the worker's sender.
 
 Faust writes a table's changelog record the moment a key is set, before the
 agent's outputs for the same record are stored. A worker killed in between
