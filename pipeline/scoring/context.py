@@ -224,11 +224,41 @@ async def _send_batch(producer: Any, batch: Any, topic: str, partition: int) -> 
 async def bursts(stream: StreamT, limit: int) -> AsyncIterator[list[Any]]:
     """The stream's events in bursts: each event with those already waiting behind it (at
     most ``limit``), so a busy agent sends, stores and acknowledges once per burst, and an
-    idle one still handles each event as it comes."""
+    idle one still handles each event as it comes.
+
+    The stream is read by its own task into a small inbox. Faust's stream may drop what
+    waits in its queue (a rebalance clears it) and then wait for records that only come
+    once the rebalance is over, which waits for every event read to be acknowledged: a
+    burst must never wait on the stream, only on the inbox.
+    """
     waiting = stream.channel.queue  # type: ignore[attr-defined]
-    burst: list[Any] = []
-    async for event in stream.events():
-        burst.append(event)
-        if len(burst) >= limit or waiting.empty():
+    inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=limit)
+
+    async def read() -> None:
+        async for event in stream.events():
+            await inbox.put(event)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            if inbox.empty():
+                taken = asyncio.ensure_future(inbox.get())
+                await asyncio.wait({taken, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not taken.done():
+                    taken.cancel()
+                    reader.result()  # the stream ended or failed: so does the agent
+                    return
+                burst = [taken.result()]
+            else:
+                burst = [inbox.get_nowait()]
+            while len(burst) < limit:
+                if inbox.empty():
+                    if waiting.empty():
+                        break
+                    await asyncio.sleep(0)  # one loop turn for the reader to take the next
+                    if inbox.empty():
+                        break
+                burst.append(inbox.get_nowait())
             yield burst
-            burst = []
+    finally:
+        reader.cancel()

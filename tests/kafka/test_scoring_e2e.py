@@ -152,6 +152,9 @@ def test_two_workers_score_every_main_turn_with_judge_faults(
         **cli_env,
         "TURNSTREAM_SCORING_JUDGE_MAX_ATTEMPTS": "2",
         "TURNSTREAM_SCORING_JUDGE_TIMEOUT_S": "5",
+        # the simulator's faults are per request: a request a pair makes ~150 requests,
+        # so some surely fail both attempts
+        "TURNSTREAM_SCORING_JUDGE_BATCH_MAX": "1",
     }
     assert turnstream("produce", str(EXAMPLES), env=env).returncode == 0
     # An undecodable record on chat.turns must not stop anything.
