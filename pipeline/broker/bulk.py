@@ -135,6 +135,36 @@ async def batch_sender(
         await sender.flush()
 
 
+class KeyPartitions:
+    """The partition a key goes to, as kafka-python's and Java's default partitioners pick
+    it (murmur2, in Python here: remembered per key), and each topic's partitions."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+        self._partitions: dict[str, list[int]] = {}
+        self._by_key: dict[tuple[str, bytes], int] = {}
+        self._pick = DefaultPartitioner()
+
+    async def partition_for(self, topic: str, key: bytes | None) -> int:
+        """The partition of ``key`` in ``topic`` (a random one for no key)."""
+        found = self._by_key.get((topic, key)) if key is not None else None
+        if found is None:
+            parts = await self.partitions(topic)
+            found = self._pick(key, parts, parts)
+            if key is not None:
+                if len(self._by_key) >= KEYS_KEPT:
+                    self._by_key.clear()
+                self._by_key[(topic, key)] = found
+        return found
+
+    async def partitions(self, topic: str) -> list[int]:
+        """The partitions of an existing ``topic`` (a missing one is waited for, then refused)."""
+        parts = self._partitions.get(topic)
+        if parts is None:
+            parts = self._partitions[topic] = sorted(await self.producer.partitions_for(topic))
+        return parts
+
+
 class BatchSender:
     """Records gathered into one batch per partition, each sent when full.
 
@@ -149,8 +179,7 @@ class BatchSender:
         self._what = what
         self._open: dict[tuple[str, int], Any] = {}
         self._in_flight: list[asyncio.Future[Any]] = []
-        self._partitions: dict[str, list[int]] = {}
-        self._by_key: dict[tuple[str, bytes | None], int] = {}
+        self.partitioner = KeyPartitions(producer)
 
     async def add(
         self,
@@ -185,24 +214,10 @@ class BatchSender:
         await self.add(topic, partition, [(key, value, timestamp_ms, headers or [])])
 
     async def partition_for(self, topic: str, key: bytes | None) -> int:
-        """The partition kafka-python's and Java's default partitioner pick for ``key``
-        (a random one for no key)."""
-        found = self._by_key.get((topic, key)) if key is not None else None
-        if found is None:
-            parts = await self.partitions(topic)
-            found = DefaultPartitioner()(key, parts, parts)
-            if key is not None:
-                if len(self._by_key) >= KEYS_KEPT:
-                    self._by_key.clear()
-                self._by_key[(topic, key)] = found
-        return found
+        return await self.partitioner.partition_for(topic, key)
 
     async def partitions(self, topic: str) -> list[int]:
-        """The partitions of an existing ``topic`` (a missing one is waited for, then refused)."""
-        parts = self._partitions.get(topic)
-        if parts is None:
-            parts = self._partitions[topic] = sorted(await self._producer.partitions_for(topic))
-        return parts
+        return await self.partitioner.partitions(topic)
 
     async def _send(self, topic: str, partition: int, batch: Any) -> None:
         batch.close()

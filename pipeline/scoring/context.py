@@ -13,10 +13,12 @@ import faust
 from faust.sensors import Sensor
 from faust.types import StreamT
 
+from pipeline.broker.bulk import KeyPartitions
 from pipeline.broker.clients import faust_credentials
 from pipeline.deadletters import Out
 from pipeline.scoring.faust_fixes import drain
 from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
+from pipeline.scoring.faust_fixes.adapter import kafka_producer
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
 from pipeline.scoring.faust_fixes.handover import Handled, exit_after_refused_output
 from pipeline.scoring.faust_fixes.sessions import SessionTable
@@ -68,9 +70,9 @@ class Worker:
         acks = InOrderAcks(self.settings.scoring.window, self.send, self.undelivered)
         self.acks.append(acks)
 
-        def then(event: Any) -> Then:
+        def then(events: list[Any]) -> Then:
             async def ack() -> None:
-                if event is not None:  # None: a record the guard read back (no Faust ack)
+                for event in events:
                     await stream.ack(event)
                     m = event.message
                     self.handled.done(m.topic, m.partition, m.offset)
@@ -84,25 +86,37 @@ class Worker:
             runner.cancel()
             acks.drop()
 
-    async def recovered(self, message: Any) -> list[Record]:
-        """Records before ``message`` that the stream skipped (read back by the guard)."""
-        if self.guard is None:
-            return []
-        return await self.guard.missing(message.topic, message.partition, message.offset)
+    async def records(self, events: list[Any]) -> list[Record]:
+        """The records of a burst of events, each after those before it that the stream
+        skipped (read back by the guard)."""
+        records = []
+        for event in events:
+            m = event.message
+            if self.guard is not None:
+                records += await self.guard.missing(m.topic, m.partition, m.offset)
+            records.append(Record(m.topic, m.partition, m.offset, event.key, event.value))
+        return records
 
     def pair_record(self, raw: bytes | None, key: bytes | None, where: str, partition: int,
-                    outs: list[Out], writes: list[tuple[int, str, Any]]) -> None:  # fmt: skip
+                    outs: list[Out], writes: dict[tuple[int, str], Any]) -> None:  # fmt: skip
+        """Pair one record: its pairs to ``outs``, its session's new state to ``writes``."""
         result = self.pairing.handle(raw, key, where, self.sessions.get)
         if result.session_id is not None:
             state = None if result.forget else result.state
             self.sessions.set(result.session_id, state)
-            writes.append((partition, result.session_id, state))
+            writes[partition, result.session_id] = state
         outs.extend(result.outs)
 
-    def judge_record(
-        self, raw: bytes | None, key: bytes | None, where: str
-    ) -> asyncio.Future[list[Out]]:
-        return asyncio.ensure_future(self.judging.handle(raw, key, where))
+    def judge_records(self, records: list[Record]) -> asyncio.Future[list[Out]]:
+        """Judge records at the same time (their judge calls share requests); their outputs
+        in the records' order."""
+
+        async def judge_all() -> list[Out]:
+            handle = self.judging.handle
+            made = await asyncio.gather(*(handle(r.value, r.key, r.where) for r in records))
+            return [out for outs in made for out in outs]
+
+        return asyncio.ensure_future(judge_all())
 
 
 def faust_app(settings: Settings) -> faust.App:
@@ -124,6 +138,23 @@ def faust_app(settings: Settings) -> faust.App:
     without_event_stats(app)
     drain.install(app.consumer)
     return app
+
+
+class RawSchema(faust.Schema):
+    """Keys and values as the broker holds them (bytes). Faust's own decode asks the app's
+    serializers for both codecs on every record; here the event is made from the record."""
+
+    def __init__(self) -> None:
+        super().__init__(key_type=bytes, value_type=bytes, key_serializer="raw",
+                         value_serializer="raw")  # fmt: skip
+
+    def compile(self, app: Any, **_options: Any) -> Any:
+        create_event = app.create_event
+
+        async def decode(message: Any, *, propagate: bool = False) -> Any:
+            return create_event(message.key, message.value, message.headers, message)
+
+        return decode
 
 
 class InboundTimes(Sensor):
@@ -155,14 +186,79 @@ def without_event_stats(app: faust.App) -> None:
 
 
 def kafka_sender(app: faust.App) -> Send:
-    """Outputs (raw bytes) straight to the app's producer; what resolves once each is stored."""
+    """Outputs (raw bytes) straight to the app's producer, one record batch per partition
+    and call; what resolves once each batch is stored."""
+    keys: list[KeyPartitions] = []
 
     async def send(outs: list[Out]) -> list[Any]:
-        produce = app.producer.send
-        return [await produce(o.topic, o.key, o.value, o.partition, None, None) for o in outs]
+        producer = kafka_producer(app)
+        if not keys or keys[0].producer is not producer:  # Faust made a new one
+            keys[:] = [KeyPartitions(producer)]
+        partition_for = keys[0].partition_for
+        batches: dict[tuple[str, int], Any] = {}
+        stored = []
+        for o in outs:
+            partition = o.partition
+            if partition is None:
+                partition = await partition_for(o.topic, o.key)
+            to = (o.topic, partition)
+            batch = batches.get(to)
+            if batch is None:
+                batch = batches[to] = producer.create_batch()
+            if batch.append(key=o.key, value=o.value, timestamp=None) is None:  # full
+                stored.append(await _send_batch(producer, batch, *to))
+                batch = batches[to] = producer.create_batch()
+                batch.append(key=o.key, value=o.value, timestamp=None)
+        for (topic, partition), batch in batches.items():
+            stored.append(await _send_batch(producer, batch, topic, partition))
+        return stored
 
     return send
 
 
-def where(message: Any) -> str:
-    return f"{message.topic}/{message.partition}/{message.offset}"
+async def _send_batch(producer: Any, batch: Any, topic: str, partition: int) -> Any:
+    batch.close()
+    return await producer.send_batch(batch, topic, partition=partition)
+
+
+async def bursts(stream: StreamT, limit: int) -> AsyncIterator[list[Any]]:
+    """The stream's events in bursts: each event with those already waiting behind it (at
+    most ``limit``), so a busy agent sends, stores and acknowledges once per burst, and an
+    idle one still handles each event as it comes.
+
+    The stream is read by its own task into a small inbox. Faust's stream may drop what
+    waits in its queue (a rebalance clears it) and then wait for records that only come
+    once the rebalance is over, which waits for every event read to be acknowledged: a
+    burst must never wait on the stream, only on the inbox.
+    """
+    waiting = stream.channel.queue  # type: ignore[attr-defined]
+    inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=limit)
+
+    async def read() -> None:
+        async for event in stream.events():
+            await inbox.put(event)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            if inbox.empty():
+                taken = asyncio.ensure_future(inbox.get())
+                await asyncio.wait({taken, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not taken.done():
+                    taken.cancel()
+                    reader.result()  # the stream ended or failed: so does the agent
+                    return
+                burst = [taken.result()]
+            else:
+                burst = [inbox.get_nowait()]
+            while len(burst) < limit:
+                if inbox.empty():
+                    if waiting.empty():
+                        break
+                    await asyncio.sleep(0)  # one loop turn for the reader to take the next
+                    if inbox.empty():
+                        break
+                burst.append(inbox.get_nowait())
+            yield burst
+    finally:
+        reader.cancel()

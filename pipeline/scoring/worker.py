@@ -5,8 +5,9 @@
 - ``judge`` reads turns.paired, judges up to ``window`` pairs at once and emits
   their samples (or retry records, or dead letters) in arrival order.
 
-Each agent acknowledges an input only once what it produced is stored, and the
-session table's changelog trails the pairs it implies (``faust_fixes``). The
+Each agent takes the records already waiting as one burst (``bursts``), and
+acknowledges it only once what it produced is stored; the session table's
+changelog trails the pairs it implies (``faust_fixes``). The
 agents share a :class:`pipeline.scoring.context.Worker`; the timers (idle
 sessions, lag, stranded partitions) are in ``upkeep``.
 """
@@ -22,7 +23,7 @@ from faust.types import StreamT
 
 from pipeline.deadletters import Out
 from pipeline.scoring import metrics, upkeep
-from pipeline.scoring.context import Worker, faust_app, kafka_sender, where
+from pipeline.scoring.context import RawSchema, Worker, bursts, faust_app, kafka_sender
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
 from pipeline.scoring.faust_fixes.sessions import SessionTable
@@ -33,33 +34,28 @@ from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
-RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-                       "value_serializer": "raw"}  # fmt: skip
 
 
 async def pair(w: Worker, stream: StreamT) -> None:
     """chat.turns -> turns.paired, with the session state in the table."""
     manual = stream.noack()  # type: ignore[attr-defined]
     async with w.acknowledging(manual) as (acks, then):
-        async for event in manual.events():
+        async for events in bursts(manual, w.settings.scoring.window):
             outs: list[Out] = []
-            writes: list[tuple[int, str, Any]] = []
-            for rec in await w.recovered(event.message):
+            writes: dict[tuple[int, str], Any] = {}  # a session's last state in the burst
+            records = await w.records(events)
+            for rec in records:
                 w.pair_record(rec.value, rec.key, rec.where, rec.partition, outs, writes)
-            m = event.message
-            w.pair_record(event.value, event.key, where(m), m.partition, outs, writes)
-            await acks.add(outs, then(event), w.sessions.persisting(writes))
+            await acks.add(outs, then(events), w.sessions.persisting(writes), len(records))
 
 
 async def judge(w: Worker, stream: StreamT) -> None:
     """turns.paired -> samples.scored (or samples.retry, or a dead letter)."""
     manual = stream.noack()  # type: ignore[attr-defined]
     async with w.acknowledging(manual) as (acks, then):
-        async for event in manual.events():
-            for rec in await w.recovered(event.message):
-                await acks.add(w.judge_record(rec.value, rec.key, rec.where), then(None))
-            m = event.message
-            await acks.add(w.judge_record(event.value, event.key, where(m)), then(event))
+        async for events in bursts(manual, w.settings.scoring.window):
+            records = await w.records(events)
+            await acks.add(w.judge_records(records), then(events), None, len(records))
 
 
 def build_app(
@@ -75,7 +71,10 @@ def build_app(
     """The Faust app of one scoring worker; ``sender`` replaces the Kafka sends (tests)."""
     s, topics = settings.scoring, settings.topics
     app = faust_app(settings)
-    out = {spec.name: app.topic(spec.name, partitions=spec.partitions, **RAW) for spec in topics}
+    out = {
+        spec.name: app.topic(spec.name, partitions=spec.partitions, schema=RawSchema())
+        for spec in topics
+    }
 
     send = sender or kafka_sender(app)
     w = Worker(
@@ -92,7 +91,11 @@ def build_app(
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run one scoring worker until it is stopped (SIGINT/SIGTERM)."""
+    import mode.loop
     from faust.worker import Worker as FaustWorker
+
+    if settings.scoring.event_loop == "uvloop":
+        mode.loop.use("uvloop")  # before anything makes a loop
 
     from pipeline.produce.producer import require_topics
 

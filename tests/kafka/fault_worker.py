@@ -55,15 +55,24 @@ def hold_pair(sample_id: str) -> None:
 
 
 def hold_state(session_id: str, turn_index: int) -> None:
-    persist = SessionTable.persist
+    persisting = SessionTable.persisting
 
-    async def held(self: SessionTable, partition: int, sid: str, state: Any) -> Any:
+    def held_here(sid: str, state: Any) -> bool:
         pending = (state or {}).get("pending") or {}
-        if sid == session_id and pending.get("turn_index") == turn_index:
-            return never_stored(f"state of {sid} with pending turn {turn_index}")
-        return await persist(self, partition, sid, state)
+        return sid == session_id and pending.get("turn_index") == turn_index
 
-    SessionTable.persist = held  # type: ignore[method-assign]
+    def held(self: SessionTable, writes: dict[tuple[int, str], Any]) -> Any:
+        if not any(held_here(sid, state) for (_, sid), state in writes.items()):
+            return persisting(self, writes)
+        rest = persisting(self, {k: v for k, v in writes.items() if not held_here(k[1], v)})
+
+        async def step() -> list[Any]:
+            stored = await rest() if rest else []
+            return [*stored, never_stored(f"state of {session_id} with pending turn {turn_index}")]
+
+        return step
+
+    SessionTable.persisting = held  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -24,10 +24,12 @@ from faust.types import TP
 from kafka import KafkaProducer
 
 from pipeline.broker.clients import admin_client
-from pipeline.scoring.faust_fixes import adapter
+from pipeline.deadletters import Out
+from pipeline.scoring.context import bursts, kafka_sender
+from pipeline.scoring.faust_fixes import adapter, drain
 from pipeline.scoring.faust_fixes.handover import Handled, commit_ahead, commit_handed_over
 from pipeline.settings import Settings
-from tests.kafka.helpers import spawn
+from tests.kafka.helpers import make_topic, read_all, spawn
 
 RECORDS = 10  # per topic, over 2 partitions (even offsets on 0, odd on 1)
 
@@ -103,6 +105,79 @@ async def test_the_adapter_commits_explicit_offsets_through_a_faust_consumer(
     await adapter.commit(member.app.consumer, {tp: 3})
     assert adapter.committed_offset(member.app.consumer, tp) == 3  # Faust knows it too
     assert group_offsets(settings, member.group) == {0: 3}
+
+
+async def test_outputs_go_out_as_batches_through_the_producer_inside_faust(
+    member: Member, settings: Settings
+) -> None:
+    """The worker's sender hands aiokafka whole batches: keyed records land where Kafka's
+    default partitioner puts them, explicit partitions are kept, order holds per partition."""
+    from kafka.partitioner.default import murmur2
+
+    topic = make_topic(settings, "outputs", 3)
+    send = kafka_sender(member.app)
+    outs = [Out(topic, f"s{i % 5}".encode(), b"%d" % i) for i in range(40)]
+    outs += [Out(topic, b"pinned", b"p%d" % i, 2) for i in range(3)]
+    stored = await send(outs)
+    assert len(stored) <= 3, "one batch a partition for records this small"
+    await asyncio.gather(*stored)
+    records = read_all(settings, topic)
+    assert len(records) == len(outs)
+    for r in records:
+        if not r.value.startswith(b"p"):
+            assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 3, r
+    for p in range(3):
+        values = [r.value for r in records if r.partition == p]
+        expected = [o.value for o in outs if o.value in set(values)]
+        assert values == expected, f"partition {p} out of order"
+    assert [r.value for r in records if r.partition == 2][-3:] == [b"p0", b"p1", b"p2"]
+
+
+async def test_outputs_larger_than_a_batch_are_split_and_all_stored(
+    member: Member, settings: Settings
+) -> None:
+    topic = make_topic(settings, "big-outputs", 1)
+    outs = [Out(topic, None, bytes([65 + i % 26]) * 6000, 0) for i in range(12)]
+    stored = await kafka_sender(member.app)(outs)
+    assert len(stored) > 1, "Faust's 16 KiB batches: 72 KB takes several"
+    await asyncio.gather(*stored)
+    assert [r.value for r in read_all(settings, topic)] == [o.value for o in outs]
+
+
+async def test_an_agent_reads_waiting_records_in_bursts(settings: Settings, tmp_path: Path) -> None:
+    """Records already fetched come to the agent together (at most the limit a burst),
+    in their order; a burst is yielded as soon as nothing more is waiting."""
+    topic = make_topic(settings, "bursts", 1)
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for i in range(50):
+        producer.send(topic, value=b"%d" % i, partition=0)
+    producer.flush()
+    app = faust.App(
+        f"{settings.topic_prefix}burst-group", broker=f"kafka://{settings.bootstrap_servers}",
+        store="memory://", web_enabled=False, datadir=str(tmp_path / "faust"),
+        consumer_auto_offset_reset="earliest",
+    )  # fmt: skip
+    drain.install(app.consumer)  # as the worker's: a fetched batch reaches the stream at once
+    records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                        value_serializer="raw")  # fmt: skip
+    seen: list[list[bytes]] = []
+
+    @app.agent(records)
+    async def read(stream):  # type: ignore[no-untyped-def]
+        async for events in bursts(stream, 16):
+            seen.append([event.value for event in events])
+
+    await app.start()
+    try:
+        await until("every record", lambda: sum(map(len, seen)) >= 50)
+        producer.send(topic, value=b"late", partition=0)
+        producer.flush()
+        await until("the late record", lambda: seen[-1] == [b"late"])
+    finally:
+        producer.close()
+        await app.stop()
+    assert [v for burst in seen for v in burst] == [b"%d" % i for i in range(50)] + [b"late"]
+    assert max(map(len, seen)) == 16 and all(len(burst) <= 16 for burst in seen), seen
 
 
 async def test_a_worker_commits_past_records_faust_never_delivered(

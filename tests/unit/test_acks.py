@@ -111,6 +111,53 @@ async def test_at_most_limit_inputs_wait_unacknowledged() -> None:
     runner.cancel()
 
 
+async def test_a_burst_holds_one_slot_per_record_and_is_acknowledged_once() -> None:
+    acked: list[str] = []
+    producer = Producer()
+    acks = InOrderAcks(4, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    then = recorder(acked)
+    await acks.add([out("a1"), out("a2")], then("a1+a2+a3"), records=3)
+    assert acks.pending == 3
+    second = asyncio.ensure_future(acks.add([out("b1"), out("b2")], then("b1+b2"), records=2))
+    await asyncio.sleep(0.01)
+    assert not second.done(), "3 + 2 records in a window of 4: the second burst waits"
+    producer.store("a1")
+    await asyncio.sleep(0.01)
+    assert acked == [] and not second.done(), "one of the burst's outputs is not stored yet"
+    producer.store("a2")
+    await asyncio.sleep(0.01)
+    assert acked == ["ack a1+a2+a3"] and second.done() and acks.pending == 2
+    producer.store("b1")
+    producer.store("b2")
+    await asyncio.sleep(0.01)
+    assert acked == ["ack a1+a2+a3", "ack b1+b2"] and acks.pending == 0
+    runner.cancel()
+
+
+async def test_a_burst_larger_than_the_window_waits_for_all_of_it() -> None:
+    acked: list[str] = []
+    producer = Producer()
+    acks = InOrderAcks(2, producer.send, on_failure=lambda exc: None)
+    runner = asyncio.ensure_future(acks.run())
+    then = recorder(acked)
+    await acks.add([out("a")], then("a"))
+    big = asyncio.ensure_future(acks.add([out("b")], then("b: 5 records"), records=5))
+    await asyncio.sleep(0.01)
+    assert not big.done()
+    producer.store("a")
+    await asyncio.sleep(0.01)
+    assert big.done() and acks.pending == 5, "the whole window, then the burst goes in"
+    nxt = asyncio.ensure_future(acks.add([out("c")], then("c")))
+    await asyncio.sleep(0.01)
+    assert not nxt.done()
+    producer.store("b")
+    producer.store("c")
+    await asyncio.sleep(0.01)
+    assert nxt.done() and acked == ["ack a", "ack b: 5 records", "ack c"] and acks.pending == 0
+    runner.cancel()
+
+
 async def test_a_failed_delivery_stops_acknowledgements_and_is_reported() -> None:
     acked: list[str] = []
     failures: list[BaseException] = []

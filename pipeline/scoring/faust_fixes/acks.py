@@ -19,7 +19,8 @@ never pass an input whose outputs are not stored. An input may also carry a *dur
 input's outputs are stored, in arrival order, and the input is acknowledged
 only once the step is stored too. State on the log therefore never implies an
 output that is not (a worker killed in between restarts from older state and
-emits the output again: a duplicate, never a loss).
+emits the output again: a duplicate, never a loss). An input is whatever the
+agent acknowledges at once: one record, or a burst of records read together.
 
 A delivery that fails (after the producer's own retries) stops the
 acknowledgements there and reports the error: the worker stops, and whoever
@@ -54,6 +55,8 @@ class DeliveryFailed(BrokerError):
 class _Input:
     then: Then
     durable: Durable | None
+    records: int  # the input records it stands for
+    slots: int  # of the window they hold
     task: asyncio.Future[list[Out]] | None = None  # outputs still being made
     sent: asyncio.Future[list[Awaitable[Any]]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -66,8 +69,10 @@ class InOrderAcks:
     Outputs are handed to the producer as soon as they exist (a pair judged
     quickly does not wait behind a slow one); in arrival order, once an input's
     outputs are stored its durable step starts, and once that is stored the input
-    is acknowledged. At most ``limit`` inputs are between :meth:`add` and their
-    acknowledgement (``add`` waits).
+    is acknowledged. An input may stand for several records (a burst the agent
+    read together: one send, one durable step, one acknowledgement); at most
+    ``limit`` records are between :meth:`add` and their acknowledgement (``add``
+    waits).
     """
 
     def __init__(self, limit: int, send: Send, on_failure: Callable[[BaseException], Any]) -> None:
@@ -76,22 +81,27 @@ class InOrderAcks:
         self._slots = asyncio.Semaphore(limit)
         self._ready: asyncio.Queue[tuple[_Input, list[Out]]] = asyncio.Queue()
         self._arrived: asyncio.Queue[_Input] = asyncio.Queue()
-        self._durable: asyncio.Queue[tuple[list[Awaitable[Any]], Then]] = asyncio.Queue()
+        self._durable: asyncio.Queue[tuple[list[Awaitable[Any]], _Input]] = asyncio.Queue()
         self.failure: BaseException | None = None
-        self.pending = 0  # inputs added and not yet acknowledged
+        self.limit = limit
+        self.pending = 0  # records added and not yet acknowledged
 
     async def add(
         self,
         outputs: list[Out] | asyncio.Future[list[Out]],
         then: Then,
         durable: Durable | None = None,
+        records: int = 1,
     ) -> None:
-        """Queue one input (waits while ``limit`` inputs are unacknowledged)."""
+        """Queue one input of ``records`` records (waits while the window is full; an input
+        larger than the window waits for all of it)."""
         if self.failure is not None:
             raise DeliveryFailed(f"an earlier output was not delivered: {self.failure!r}")
-        await self._slots.acquire()
-        self.pending += 1
-        item = _Input(then, durable)
+        slots = min(records, self.limit)
+        for _ in range(slots):
+            await self._slots.acquire()
+        self.pending += records
+        item = _Input(then, durable, records, slots)
         if isinstance(outputs, list):
             self._ready.put_nowait((item, outputs))
         else:
@@ -156,16 +166,17 @@ class InOrderAcks:
             except Exception as exc:  # refused before it was even buffered
                 self._failed(exc)
                 return
-            self._durable.put_nowait((writes, item.then))
+            self._durable.put_nowait((writes, item))
 
     async def _acking(self) -> None:
         while True:
-            stored, then = await self._durable.get()
+            stored, item = await self._durable.get()
             if not await self._all_stored(stored):
                 return
-            self.pending -= 1
-            self._slots.release()
-            await then()
+            self.pending -= item.records
+            for _ in range(item.slots):
+                self._slots.release()
+            await item.then()
 
     async def _all_stored(self, deliveries: list[Awaitable[Any]]) -> bool:
         for delivery in deliveries:

@@ -3,7 +3,8 @@
 Committing chosen offsets is not in Faust's public API: its consumer commits
 only what its own ack tracking allows (see ``handover``). This module commits
 through ``Consumer._commit`` and reads and records ``_committed_offset``, the
-attributes of faust-streaming 0.15 (``faust/transport/consumer.py``). It
+attributes of faust-streaming 0.15 (``faust/transport/consumer.py``); it also
+hands out the aiokafka producer inside Faust's (``Producer._ensure_producer``). It
 checks the installed versions on import: an untested version is a clear error
 here rather than a silent mis-commit later. Tested against real consumers in
 ``tests/kafka/test_faust_fixes.py``.
@@ -64,6 +65,12 @@ async def seek(consumer: Any, tp: Any, offset: int) -> None:
     except IllegalStateError:  # revoked while the seek waited its turn: its new owner reads it
         return
     consumer._read_offset[tp] = offset if offset else None  # as Faust's seek does
+
+
+def kafka_producer(app: Any) -> Any:
+    """The aiokafka producer inside Faust's (``Producer._ensure_producer``): Faust's ``send``
+    takes one record at a time, the worker sends whole record batches."""
+    return app.producer._ensure_producer()
 
 
 def fetcher_crash(app: Any) -> BaseException | None:

@@ -5,7 +5,8 @@ set, independently of the agent's outputs (at-least-once mode; its
 exactly-once mode, which would tie them in a transaction, loses or duplicates
 under kill -9: robinhood/faust#340, faust-streaming #323, #517). Can go when
 Faust can tie a changelog write to the delivery of an event's outputs.
-Uses only public API (``Table.data``, ``Table.changelog_topic``, ``Producer.send``).
+Uses only public API of Faust (``Table.data``, ``Table.changelog_topic``); its records go out
+with the agents' outputs, through the worker's sender.
 
 Faust writes a table's changelog record the moment a key is set, before the
 agent's outputs for the same record are stored. A worker killed in between
@@ -15,7 +16,7 @@ broker; the re-read turn 2 is then a duplicate, and the pair is lost.
 
 So the agent sets a session's new state in memory at once (the session's next
 record needs it) and writes its changelog record only once the record's
-outputs are stored (:meth:`SessionTable.persist`, the durable step of
+outputs are stored (:meth:`SessionTable.persisting`, the durable step of
 pipeline.scoring.faust_fixes.acks), and acknowledges its input only once that record
 is stored too. A kill before the changelog record lands restarts from the
 older state: the input is read again and its pairs emitted again (duplicates,
@@ -55,10 +56,8 @@ class SessionTable:
         else:
             self.table.data[session_id] = state
 
-    async def persist(
-        self, partition: int, session_id: str, state: dict[str, Any] | None
-    ) -> Awaitable[Any]:
-        """Send ``state`` to the changelog (a tombstone for None); what resolves once stored.
+    def record(self, partition: int, session_id: str, state: dict[str, Any] | None) -> Out:
+        """The changelog record of ``state`` (a tombstone for None).
 
         ``partition`` is the input record's: a table's changelog is partitioned
         like the topic it is keyed from. Encoded as the table's JSON codec does
@@ -66,21 +65,22 @@ class SessionTable:
         (straight to the producer; Faust's own table writes wait in its send buffer).
         """
         value = None if state is None else orjson.dumps(state)
-        out = Out(self.changelog, orjson.dumps(session_id), value, partition)
-        [stored] = await self.send([out])
-        return stored
+        return Out(self.changelog, orjson.dumps(session_id), value, partition)
 
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.table.data.items())
 
     def persisting(
-        self, writes: list[tuple[int, str, dict[str, Any] | None]]
+        self, writes: dict[tuple[int, str], dict[str, Any] | None]
     ) -> Callable[[], Awaitable[list[Awaitable[Any]]]] | None:
-        """The durable step of one input: its session-state changes, in order (None: none)."""
+        """The durable step of one input: the new state of each session it changed, keyed
+        by (partition, session_id) (None: no change)."""
         if not writes:
             return None
 
         async def persist_all() -> list[Awaitable[Any]]:
-            return [await self.persist(partition, sid, state) for partition, sid, state in writes]
+            return await self.send(
+                [self.record(p, sid, state) for (p, sid), state in writes.items()]
+            )
 
         return persist_all

@@ -75,7 +75,7 @@ def _fence(tag: str, text: str) -> str:
     """Wrap untrusted text in a tag. Anything inside that reads as a fence tag, opening or
     closing, in any case or spacing (``</ Next_State >``), has its ``<`` escaped, so the
     text can neither end its fence nor open another."""
-    safe = _FENCE_TAGS.sub(r"&lt;\1", text)
+    safe = _FENCE_TAGS.sub(r"&lt;\1", text) if "<" in text else text
     return f"<{tag}>\n{safe}\n</{tag}>"
 
 

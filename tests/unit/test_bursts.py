@@ -1,0 +1,61 @@
+"""An agent's bursts never wait on the stream for more than what is already waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from pipeline.scoring.context import bursts
+
+
+class Stream:
+    """Stands in for a Faust stream: ``events()`` yields what it is given, and its queue
+    says what Faust still holds (which Faust may drop without yielding it)."""
+
+    def __init__(self, held: int = 0) -> None:
+        self.feed: asyncio.Queue[Any] = asyncio.Queue()
+        self.channel = self
+        self.queue = asyncio.Queue()  # Faust's stream buffer: only its emptiness is read
+        for i in range(held):
+            self.queue.put_nowait(i)
+
+    async def events(self) -> AsyncIterator[Any]:
+        while True:
+            item = await self.feed.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+async def test_a_burst_is_yielded_when_the_stream_drops_what_it_held() -> None:
+    """A rebalance clears Faust's queue: the records it held never come. The burst already
+    read must still be handed on (the rebalance waits for its acknowledgement)."""
+    stream = Stream(held=3)  # Faust holds 3 more, but will drop them
+    for name in ("a", "b"):
+        stream.feed.put_nowait(name)
+    got = bursts(stream, 16)  # type: ignore[arg-type]
+    first = await asyncio.wait_for(got.__anext__(), timeout=2)
+    assert first == ["a", "b"]
+    await got.aclose()
+
+
+async def test_events_already_read_come_together_up_to_the_limit() -> None:
+    stream = Stream()
+    for i in range(10):
+        stream.feed.put_nowait(i)
+    got = bursts(stream, 4)  # type: ignore[arg-type]
+    seen = [await asyncio.wait_for(got.__anext__(), timeout=2) for _ in range(3)]
+    assert seen[0] == [0, 1, 2, 3] and [x for b in seen for x in b] == list(range(10))
+    assert all(len(b) <= 4 for b in seen)
+    await got.aclose()
+
+
+async def test_a_failing_stream_fails_the_agent() -> None:
+    stream = Stream()
+    stream.feed.put_nowait(RuntimeError("stream crashed"))
+    got = bursts(stream, 4)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="stream crashed"):
+        await asyncio.wait_for(got.__anext__(), timeout=2)
