@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from faust.types import StreamT
 from pipeline.broker.bulk import KeyPartitions
 from pipeline.broker.clients import faust_credentials
 from pipeline.deadletters import Out
+from pipeline.scoring import metrics
 from pipeline.scoring.faust_fixes import drain
 from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
 from pipeline.scoring.faust_fixes.adapter import kafka_producer
@@ -24,6 +26,8 @@ from pipeline.scoring.faust_fixes.handover import Handled, exit_after_refused_ou
 from pipeline.scoring.faust_fixes.sessions import SessionTable
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,11 +46,20 @@ class Worker:
     handled: Handled = field(default_factory=Handled)
     acks: list[InOrderAcks] = field(default_factory=list)
     stopping: list[asyncio.Future[None]] = field(default_factory=list)
+    taken: int = 0  # events the agents read and have not yet handed to their ``acks``
 
     @property
     def in_flight(self) -> int:
-        """Inputs the agents hold unacknowledged (Faust keeps a stream's last one unacked)."""
-        return sum(acks.pending for acks in self.acks)
+        """Events the agents hold unacknowledged: read into a burst, or being handled."""
+        return self.taken + sum(acks.pending for acks in self.acks)
+
+    def took(self, events: int) -> None:
+        """Count events read from a stream (negative: handed on, or dropped)."""
+        self.taken += events
+
+    def bursts(self, stream: StreamT) -> AsyncIterator[list[Any]]:
+        """``stream``'s events in bursts of at most the window, counted in ``in_flight``."""
+        return bursts(stream, self.settings.scoring.window, self.took)
 
     async def settled(self, timeout_s: float) -> None:
         """Until nothing is in flight, or ``timeout_s`` passed."""
@@ -84,17 +97,25 @@ class Worker:
             yield acks, then
         finally:
             runner.cancel()
-            acks.drop()
+            if acks.drop() and self.guard is not None:
+                self.guard.reset()  # what it dropped is read back, not taken for seen
 
     async def records(self, events: list[Any]) -> list[Record]:
         """The records of a burst of events, each after those before it that the stream
-        skipped (read back by the guard)."""
+        skipped (read back by the guard); none for an event delivered again (``seen``)."""
         records = []
+        guard, again = self.guard, 0
         for event in events:
             m = event.message
-            if self.guard is not None:
-                records += await self.guard.missing(m.topic, m.partition, m.offset)
+            if guard is not None:
+                if guard.seen(m.topic, m.partition, m.offset):
+                    metrics.REDELIVERED.labels(m.topic).inc()
+                    again += 1
+                    continue
+                records += await guard.missing(m.topic, m.partition, m.offset)
             records.append(Record(m.topic, m.partition, m.offset, event.key, event.value))
+        if again:
+            log.info("%d record(s) delivered again, already handled here: not handled twice", again)
         return records
 
     def pair_record(self, raw: bytes | None, key: bytes | None, where: str, partition: int,
@@ -221,7 +242,9 @@ async def _send_batch(producer: Any, batch: Any, topic: str, partition: int) -> 
     return await producer.send_batch(batch, topic, partition=partition)
 
 
-async def bursts(stream: StreamT, limit: int) -> AsyncIterator[list[Any]]:
+async def bursts(
+    stream: StreamT, limit: int, count: Callable[[int], Any] = lambda _n: None
+) -> AsyncIterator[list[Any]]:
     """The stream's events in bursts: each event with those already waiting behind it (at
     most ``limit``), so a busy agent sends, stores and acknowledges once per burst, and an
     idle one still handles each event as it comes.
@@ -230,12 +253,22 @@ async def bursts(stream: StreamT, limit: int) -> AsyncIterator[list[Any]]:
     waits in its queue (a rebalance clears it) and then wait for records that only come
     once the rebalance is over, which waits for every event read to be acknowledged: a
     burst must never wait on the stream, only on the inbox.
+
+    ``count`` is told of each event read (+1) and of each burst once the agent is done
+    with it (minus its size): a rebalance waits for those too, or an event read ahead
+    would be handled after its partition's position was handed over, and again by the
+    partition's next owner.
     """
     waiting = stream.channel.queue  # type: ignore[attr-defined]
     inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=limit)
 
+    held = 0  # read, and not yet handed back through ``count``
+
     async def read() -> None:
+        nonlocal held
         async for event in stream.events():
+            held += 1
+            count(1)
             await inbox.put(event)
 
     reader = asyncio.ensure_future(read())
@@ -260,5 +293,8 @@ async def bursts(stream: StreamT, limit: int) -> AsyncIterator[list[Any]]:
                         break
                 burst.append(inbox.get_nowait())
             yield burst
+            held -= len(burst)
+            count(-len(burst))
     finally:
         reader.cancel()
+        count(-held)

@@ -43,6 +43,11 @@ SKIPPED_RECOVERED = Counter(
     "records the Faust stream skipped that the offset guard read back",
     ["topic"],
 )
+REDELIVERED = Counter(
+    "turnstream_redelivered_records_total",
+    "records the Faust stream delivered again after this worker had them (not handled twice)",
+    ["topic"],
+)
 STRANDED_SEEKS = Counter(
     "turnstream_stranded_partition_seeks_total",
     "seeks back to records a partition's stream stopped short of (no later record came)",

@@ -23,7 +23,7 @@ from faust.types import StreamT
 
 from pipeline.deadletters import Out
 from pipeline.scoring import metrics, upkeep
-from pipeline.scoring.context import RawSchema, Worker, bursts, faust_app, kafka_sender
+from pipeline.scoring.context import RawSchema, Worker, faust_app, kafka_sender
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
 from pipeline.scoring.faust_fixes.sessions import SessionTable
@@ -40,7 +40,7 @@ async def pair(w: Worker, stream: StreamT) -> None:
     """chat.turns -> turns.paired, with the session state in the table."""
     manual = stream.noack()  # type: ignore[attr-defined]
     async with w.acknowledging(manual) as (acks, then):
-        async for events in bursts(manual, w.settings.scoring.window):
+        async for events in w.bursts(manual):
             outs: list[Out] = []
             writes: dict[tuple[int, str], Any] = {}  # a session's last state in the burst
             records = await w.records(events)
@@ -53,7 +53,7 @@ async def judge(w: Worker, stream: StreamT) -> None:
     """turns.paired -> samples.scored (or samples.retry, or a dead letter)."""
     manual = stream.noack()  # type: ignore[attr-defined]
     async with w.acknowledging(manual) as (acks, then):
-        async for events in bursts(manual, w.settings.scoring.window):
+        async for events in w.bursts(manual):
             records = await w.records(events)
             await acks.add(w.judge_records(records), then(events), None, len(records))
 

@@ -59,3 +59,28 @@ async def test_a_failing_stream_fails_the_agent() -> None:
     got = bursts(stream, 4)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="stream crashed"):
         await asyncio.wait_for(got.__anext__(), timeout=2)
+
+
+async def test_events_read_ahead_count_as_held_until_the_agent_is_done_with_them() -> None:
+    """A rebalance waits for what the agents hold: events read into the inbox count from the
+    moment they are read, until the agent comes back for the next burst (or stops)."""
+    held = 0
+
+    def count(n: int) -> None:
+        nonlocal held
+        held += n
+
+    stream = Stream()
+    for i in range(6):
+        stream.feed.put_nowait(i)
+    got = bursts(stream, 4, count)  # type: ignore[arg-type]
+    first = await asyncio.wait_for(got.__anext__(), timeout=2)
+    await asyncio.sleep(0.01)  # the reader fills the inbox behind the burst
+    assert first == [0, 1, 2, 3] and held == 6  # the burst, and the two read behind it
+    second = await asyncio.wait_for(got.__anext__(), timeout=2)
+    assert second == [4, 5] and held == 2  # the first burst was handed on
+    stream.feed.put_nowait(6)
+    await asyncio.sleep(0.01)
+    assert held == 3
+    await got.aclose()  # the agent stops: nothing it read is held any more
+    assert held == 0

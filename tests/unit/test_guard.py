@@ -85,6 +85,23 @@ def test_a_partition_kept_across_a_rebalance_keeps_its_position() -> None:
     assert offsets_read(guard, "t", 0, 32) == [31]  # gaps are still caught
 
 
+def test_records_seen_here_are_known_until_the_partition_leaves() -> None:
+    """Faust's recovery can deliver a kept partition again from its commit: what the agent
+    saw here is known as seen, and only that."""
+    log = FakeLog({("t", 0): 5, ("t", 1): 5})
+    guard = OffsetGuard(log.start_offsets, log.read_range)
+    assert not guard.seen("t", 0, 5)  # nothing seen yet
+    for o in range(5, 10):
+        offsets_read(guard, "t", 0, o)
+        offsets_read(guard, "t", 1, o)
+    assert [o for o in range(3, 12) if guard.seen("t", 0, o)] == [3, 4, 5, 6, 7, 8, 9]
+    guard.reset({("t", 0)})  # t/0 stays here: still seen; t/1 left: nothing known
+    assert guard.seen("t", 0, 9) and not guard.seen("t", 0, 10)
+    assert not guard.seen("t", 1, 5) and not guard.seen("u", 0, 0)
+    guard.reset()  # an agent dropped what it held: nothing is taken for seen
+    assert not guard.seen("t", 0, 5)
+
+
 def test_an_unknown_start_checks_nothing() -> None:
     log = FakeLog({})
     guard = OffsetGuard(log.start_offsets, log.read_range)
