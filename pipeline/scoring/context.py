@@ -29,6 +29,12 @@ from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Events taken as one burst at most. A burst's outputs are stored, and its events
+# acknowledged, together: a worker killed in between has its whole burst judged
+# again by the next owner. 64 keeps that small (256-pair bursts left up to 512
+# duplicates after a kill in the soak) while a burst still fills two judge requests.
+BURST_MAX = 64
+
 
 @dataclass
 class Worker:
@@ -58,8 +64,9 @@ class Worker:
         self.taken += events
 
     def bursts(self, stream: StreamT) -> AsyncIterator[list[Any]]:
-        """``stream``'s events in bursts of at most the window, counted in ``in_flight``."""
-        return bursts(stream, self.settings.scoring.window, self.took)
+        """``stream``'s events in bursts of at most ``BURST_MAX`` (and the window), counted
+        in ``in_flight``."""
+        return bursts(stream, min(BURST_MAX, self.settings.scoring.window), self.took)
 
     async def settled(self, timeout_s: float) -> None:
         """Until nothing is in flight, or ``timeout_s`` passed."""
