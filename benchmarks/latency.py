@@ -312,10 +312,10 @@ def main() -> None:
             "judge_p50_ms", "judge_p99_ms", "pipeline_p50_ms", "pipeline_p99_ms",
             "pair_hop_p50_ms", "pair_hop_p99_ms", "judge_hop_p50_ms",
             "judge_hop_p99_ms"]  # fmt: skip
-    print(f"{head[0]:<6}" + "".join(f"{h:>12}" for h in head[1:]))
+    print(f"{head[0]:<6}" + "".join(f"{h:>13}" for h in head[1:]))
     for r in rows:
         load = f"{100 * r['level']:g}%"
-        print(f"{load:<6}" + "".join(f"{r[k]:>12}" for k in keys))
+        print(f"{load:<6}" + "".join(f"{r[k]:>13}" for k in keys))
     print(
         "pipeline = pairing hop (arrival -> pair appended) + judging hop (pair appended "
         "-> sample appended, less the judge)"
