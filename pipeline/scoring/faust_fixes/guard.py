@@ -14,8 +14,8 @@ a rebalance that leaves the partition here. Its recovery resumes the stream
 partitions and only then seeks them to the committed offsets
 (``Recovery._resume_streams``: ``resume_partitions``, then ``perform_seek``, which
 also moves the consumer's read offset back); records fetched in between reach
-the agent, and come again from the commit. Seen in a join under CPU load: a
-third of a window judged twice. Can go with the rest of the guard.
+the agent, and come again from the commit. Seen in a join under CPU load: 51
+to 105 of 600 pairs judged twice. Can go with the rest of the guard.
 
 The guard keeps, per partition, the next offset the agent should see: the
 group's committed offset (or the log start) when the partition is newly
