@@ -31,7 +31,7 @@ def turn(index: int, last: str) -> bytes:
     )
 
 
-def app_with_sink():  # type: ignore[no-untyped-def]
+def app_with_sink(guard: OffsetGuard | None = None):  # type: ignore[no-untyped-def]
     sent: list[Out] = []
     changelog: list[Out] = []
 
@@ -42,7 +42,7 @@ def app_with_sink():  # type: ignore[no-untyped-def]
         stored.set_result("stored")
         return [stored] * len(outs)
 
-    app = build_app(SETTINGS, RulesJudge(), sender=sink)
+    app = build_app(SETTINGS, RulesJudge(), sender=sink, guard=guard)
     app.finalize()
     app.flow_control.resume()
     return app, sent, changelog
@@ -107,21 +107,12 @@ async def test_judge_agent_scores_and_emits_in_order() -> None:
 async def test_records_delivered_again_are_judged_once_and_acknowledged() -> None:
     """faust-streaming can deliver a kept partition again from its commit after a
     rebalance: the guard knows what this worker saw, and the agent judges it once."""
-    sent: list[Out] = []
-
-    async def sink(outs: list[Out]) -> list[object]:
-        sent.extend(outs)
-        stored = asyncio.get_running_loop().create_future()
-        stored.set_result("stored")
-        return [stored] * len(outs)
 
     def never_read(*_args: object) -> list[Record]:
         raise AssertionError("nothing was skipped: nothing to read back")
 
     guard = OffsetGuard(lambda keys: {key: 0 for key in keys}, never_read)
-    app = build_app(SETTINGS, RulesJudge(), sender=sink, guard=guard)
-    app.finalize()
-    app.flow_control.resume()
+    app, sent, _changelog = app_with_sink(guard)
     reply = {"role": "user", "content": "thanks!"}
     pairs = [
         encode(
