@@ -173,6 +173,12 @@ class ScoringSettings(BaseSettings):
         description="the worker's event loop: uvloop (faust-streaming's uvloop extra) spends "
         "less CPU a record than asyncio's own",
     )
+    consumer_thread: bool = Field(
+        False,
+        description="run Faust's Kafka consumer in a thread of its own, as Faust does, rather "
+        "than on the worker's event loop: a few ms more a hop, but the group heartbeat goes "
+        "on while a synchronous reward processor holds the loop",
+    )
     rewards: Path | None = Field(
         None,
         description="YAML of reward processors (pipeline.rewards) to score pairs with, in rl "

@@ -85,6 +85,7 @@ def worker(
         )
         + f" mode={s.mode} vote_mode={s.vote_mode} m={s.m} "
         + (f"rewards={s.rewards} " if s.rewards else "")
+        + ("consumer=thread " if s.consumer_thread else "")
         + f"kafka={settings.bootstrap_servers}",
         err=True,
     )

@@ -20,7 +20,7 @@ from pipeline.deadletters import Out
 from pipeline.scoring import metrics
 from pipeline.scoring.faust_fixes import drain
 from pipeline.scoring.faust_fixes.acks import InOrderAcks, Send, Then
-from pipeline.scoring.faust_fixes.adapter import kafka_producer
+from pipeline.scoring.faust_fixes.adapter import consume_in_loop, kafka_producer
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
 from pipeline.scoring.faust_fixes.handover import Handled, exit_after_refused_output
 from pipeline.scoring.faust_fixes.sessions import SessionTable
@@ -163,6 +163,8 @@ def faust_app(settings: Settings) -> faust.App:
         consumer_max_fetch_size=topics.samples_scored.max_message_bytes,
         stream_buffer_maxsize=max(64, s.window),
     )  # fmt: skip
+    if not s.consumer_thread:
+        consume_in_loop(app)
     without_event_stats(app)
     drain.install(app.consumer)
     return app

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -59,11 +60,14 @@ async def until(what: str, check, timeout_s: float = 60) -> None:  # type: ignor
         await asyncio.sleep(0.1)
 
 
-@pytest.fixture
-async def member(settings: Settings, tmp_path: Path) -> AsyncIterator[Member]:
-    """A running Faust app that reads a 2-partition topic. Its own commit never runs
-    during a test (an hour apart), so every offset the group has is one we committed;
-    it acknowledges what it reads, so its stop does not wait for the records."""
+@pytest.fixture(params=["in-loop", "thread"])
+async def member(
+    settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Member]:
+    """A running Faust app that reads a 2-partition topic, its consumer on the app's loop
+    (as the worker's) or in Faust's own thread. Its own commit never runs during a test
+    (an hour apart), so every offset the group has is one we committed; it acknowledges
+    what it reads, so its stop does not wait for the records."""
     from kafka.admin import NewTopic
 
     topic, group = settings.topics.chat_turns.name, f"{settings.topic_prefix}fx-group"
@@ -80,6 +84,8 @@ async def member(settings: Settings, tmp_path: Path) -> AsyncIterator[Member]:
         web_enabled=False, datadir=str(tmp_path / "faust"), consumer_auto_offset_reset="earliest",
         broker_session_timeout=10, broker_commit_interval=3600,
     )  # fmt: skip
+    if request.param == "in-loop":
+        adapter.consume_in_loop(app)
     records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
                         value_serializer="raw")  # fmt: skip
     m = Member(app, topic, group)
@@ -223,8 +229,51 @@ async def test_handled_positions_are_committed_when_partitions_are_revoked(
     assert handled.positions({(member.topic, 0), (member.topic, 1)}) == {}  # handed over
 
 
+async def test_the_consumer_runs_on_the_apps_loop_and_stops_alone(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The worker's consumer: no thread of its own, records read, and its stop leaves the
+    loop's other tasks running (mode's thread stop cancels every task of its loop)."""
+    topic = make_topic(settings, "inloop", 2)
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for i in range(20):
+        producer.send(topic, value=b"%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    app = faust.App(
+        f"{settings.topic_prefix}inloop-group", broker=f"kafka://{settings.bootstrap_servers}",
+        store="memory://", web_enabled=False, datadir=str(tmp_path / "faust"),
+        consumer_auto_offset_reset="earliest",
+    )  # fmt: skip
+    adapter.consume_in_loop(app)
+    records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                        value_serializer="raw")  # fmt: skip
+    seen: list[bytes] = []
+
+    @app.agent(records)
+    async def read(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.events():
+            seen.append(event.value)
+
+    bystander = asyncio.ensure_future(asyncio.sleep(3600))
+    threads = {t.ident for t in threading.enumerate()}
+    await app.start()
+    try:
+        await until("every record", lambda: len(seen) >= 20)
+        assert isinstance(app.consumer._thread, adapter.InLoopConsumerThread)
+        started = [t.name for t in threading.enumerate() if t.ident not in threads]
+        assert started == [], f"threads started by the app: {started}"
+    finally:
+        await app.stop()
+    assert sorted(seen, key=int) == [b"%d" % i for i in range(20)]
+    assert not bystander.done(), "the consumer's stop cancelled a task that was not its own"
+    bystander.cancel()
+    with pytest.raises(RuntimeError, match="already made"):
+        adapter.consume_in_loop(app)
+
+
 async def test_a_seek_back_delivers_the_records_again(member: Member) -> None:
-    """What the guard's stranded-partition repair relies on: a seek on the consumer thread."""
+    """What the guard's stranded-partition repair relies on: a seek by the consumer's thread."""
     before = len(member.seen)
     await adapter.seek(member.app.consumer, TP(member.topic, 1), 3)
     await until("the re-read", lambda: len(member.seen) >= before + 2)

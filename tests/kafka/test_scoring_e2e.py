@@ -447,7 +447,9 @@ def test_a_worker_scores_with_reward_processors(
     settings: Settings, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """TURNSTREAM_SCORING_REWARDS: the worker scores pairs with the configured processors
-    (here one rule-style processor, so the judge is never called)."""
+    (here one rule-style processor, so the judge is never called). This worker keeps
+    Faust's consumer thread (TURNSTREAM_SCORING_CONSUMER_THREAD), the choice for
+    synchronous processors; the other tests' workers consume on their own loop."""
     admin.apply(settings)
     config = tmp_path / "rewards.yaml"
     config.write_text(
@@ -456,7 +458,8 @@ def test_a_worker_scores_with_reward_processors(
         "    name: safety\n"
         "    weight: 0.5\n"
     )
-    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config)}
+    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config),
+           "TURNSTREAM_SCORING_CONSUMER_THREAD": "true"}  # fmt: skip
     assert turnstream("produce", str(EXAMPLES), env=env).returncode == 0
     judge = _healthy_sim(tmp_path)
     worker = start_worker(env, judge, tmp_path / "w", tmp_path / "w.log")
@@ -466,7 +469,7 @@ def test_a_worker_scores_with_reward_processors(
     finally:
         stop([worker])
     log = (tmp_path / "w.log").read_text()
-    assert f"rewards={config}" in log, log[-3000:]
+    assert f"rewards={config} consumer=thread" in log, log[-3000:]
     samples = {
         s.sample_id: s
         for s in (
@@ -548,7 +551,8 @@ def test_grouped_turns_are_scored_together_and_trained_relative_to_their_group(
         "  name: demo\n"
         "  timeout_s: 3\n"
     )
-    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config)}
+    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config),
+           "TURNSTREAM_SCORING_CONSUMER_THREAD": "true"}  # fmt: skip
     assert turnstream("produce", str(tmp_path / "groups.jsonl"), env=env).returncode == 0
     judge = _healthy_sim(tmp_path)
     worker = start_worker(env, judge, tmp_path / "w", tmp_path / "w.log")

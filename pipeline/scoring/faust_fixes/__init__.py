@@ -13,5 +13,7 @@ Each module answers one upstream behaviour, names it, and says when it can go:
 - ``drain``: a fetched record reaches its stream without four tasks a record
   (Faust races each delivery against three events);
 - ``adapter``: the one module that touches Faust's private attributes; it
-  checks the installed versions when imported.
+  checks the installed versions when imported. It also runs Faust's consumer
+  on the app's event loop (Faust runs it in a thread of its own, so every fetch
+  crosses threads and waits its turn at the GIL).
 """
