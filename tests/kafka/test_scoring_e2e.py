@@ -551,8 +551,7 @@ def test_grouped_turns_are_scored_together_and_trained_relative_to_their_group(
         "  name: demo\n"
         "  timeout_s: 3\n"
     )
-    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config),
-           "TURNSTREAM_SCORING_CONSUMER_THREAD": "true"}  # fmt: skip
+    env = {**cli_env, "TURNSTREAM_SCORING_REWARDS": str(config)}
     assert turnstream("produce", str(tmp_path / "groups.jsonl"), env=env).returncode == 0
     judge = _healthy_sim(tmp_path)
     worker = start_worker(env, judge, tmp_path / "w", tmp_path / "w.log")

@@ -139,7 +139,9 @@ class InLoopConsumerThread(AIOKafkaConsumerThread):
         await super().stop()
         task = self._thread.task if isinstance(self._thread, _LoopTask) else None
         if task is not None and task is not asyncio.current_task():
-            await asyncio.shield(task)
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # a crash is mode's to report (``_serve`` logs it), not ours
 
     async def _gather_remaining_tasks(self) -> None:
         """mode cancels every other task of the thread's loop here: those are the app's."""
