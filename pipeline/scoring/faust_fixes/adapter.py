@@ -28,7 +28,7 @@ from pipeline.versions import require_tested
 
 TESTED = {
     "faust-streaming": ("0.15.",),
-    "mode-streaming": ("0.7.",),  # drain: Service.wait_first, should_stop
+    "mode-streaming": ("0.7.",),  # drain: wait_first, should_stop; InLoopConsumer: ServiceThread
     "aiokafka": ("0.12.", "0.13.", "0.14."),
 }
 
