@@ -107,8 +107,9 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     judge_, teacher = build_judge(settings)
     plan = load_rewards(settings)
     group = settings.topic_prefix + settings.scoring.group_id
+    guard = kafka_guard(settings, group, (t.chat_turns.name, t.turns_paired.name))
     app = build_app(
-        settings, judge_, teacher=teacher, guard=kafka_guard(settings, group),
+        settings, judge_, teacher=teacher, guard=guard,
         rewards=plan.processor if plan else None,
         groups=plan.group.scorer(judge_.identity) if plan and plan.group else None,
     )  # fmt: skip

@@ -164,8 +164,13 @@ class OffsetGuard:
             return records
 
 
-def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:
-    """A guard that asks the broker for the group's offsets and reads with the range reader."""
+def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...] = ()) -> OffsetGuard:
+    """A guard that asks the broker for the group's offsets and reads with the range reader.
+
+    The first lookup asks about ``topics`` too (every topic the worker reads): otherwise
+    the first record of each topic waits for a lookup of its own, and a starting worker
+    judged nothing for about a second (benchmarks/saturation.py, 192 slots).
+    """
     from kafka import KafkaConsumer, TopicPartition
 
     from pipeline.broker.clients import admin_client, consumer_config
@@ -178,9 +183,9 @@ def kafka_guard(settings: Any, group_id: str) -> OffsetGuard:
         try:
             committed = admin.list_group_offsets(group_id).get(group_id, {})
             starts = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
-            topics = {t for t, _ in _keys}
+            asked = {t for t, _ in _keys} | set(topics)
             tps = [
-                TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or []
+                TopicPartition(t, p) for t in asked for p in consumer.partitions_for_topic(t) or []
             ]
             for tp, first in consumer.beginning_offsets(tps).items():
                 key = (tp.topic, tp.partition)
