@@ -150,6 +150,23 @@ async def test_outputs_larger_than_a_batch_are_split_and_all_stored(
     assert [r.value for r in read_all(settings, topic)] == [o.value for o in outs]
 
 
+def plain_app(settings: Settings, tmp_path: Path, group: str, in_loop: bool = False) -> faust.App:
+    """A Faust app of its own group; ``in_loop``: its consumer on its loop, as the worker's."""
+    app = faust.App(
+        f"{settings.topic_prefix}{group}", broker=f"kafka://{settings.bootstrap_servers}",
+        store="memory://", web_enabled=False, datadir=str(tmp_path / "faust"),
+        consumer_auto_offset_reset="earliest",
+    )  # fmt: skip
+    if in_loop:
+        adapter.consume_in_loop(app)
+    return app
+
+
+def raw_topic(app: faust.App, topic: str):  # type: ignore[no-untyped-def]
+    return app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw")  # fmt: skip
+
+
 async def test_an_agent_reads_waiting_records_in_bursts(settings: Settings, tmp_path: Path) -> None:
     """Records already fetched come to the agent together (at most the limit a burst),
     in their order; a burst is yielded as soon as nothing more is waiting."""
@@ -158,14 +175,9 @@ async def test_an_agent_reads_waiting_records_in_bursts(settings: Settings, tmp_
     for i in range(50):
         producer.send(topic, value=b"%d" % i, partition=0)
     producer.flush()
-    app = faust.App(
-        f"{settings.topic_prefix}burst-group", broker=f"kafka://{settings.bootstrap_servers}",
-        store="memory://", web_enabled=False, datadir=str(tmp_path / "faust"),
-        consumer_auto_offset_reset="earliest",
-    )  # fmt: skip
+    app = plain_app(settings, tmp_path, "burst-group")
     drain.install(app.consumer)  # as the worker's: a fetched batch reaches the stream at once
-    records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                        value_serializer="raw")  # fmt: skip
+    records = raw_topic(app, topic)
     seen: list[list[bytes]] = []
 
     @app.agent(records)
@@ -240,14 +252,8 @@ async def test_the_consumer_runs_on_the_apps_loop_and_stops_alone(
         producer.send(topic, value=b"%d" % i, partition=i % 2)
     producer.flush()
     producer.close()
-    app = faust.App(
-        f"{settings.topic_prefix}inloop-group", broker=f"kafka://{settings.bootstrap_servers}",
-        store="memory://", web_enabled=False, datadir=str(tmp_path / "faust"),
-        consumer_auto_offset_reset="earliest",
-    )  # fmt: skip
-    adapter.consume_in_loop(app)
-    records = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                        value_serializer="raw")  # fmt: skip
+    app = plain_app(settings, tmp_path, "inloop-group", in_loop=True)
+    records = raw_topic(app, topic)
     seen: list[bytes] = []
 
     @app.agent(records)
