@@ -22,12 +22,14 @@ from pathlib import Path
 import faust
 import pytest
 from faust.types import TP
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from pipeline.broker.clients import admin_client
 from pipeline.deadletters import Out
 from pipeline.scoring.context import bursts, kafka_sender
 from pipeline.scoring.faust_fixes import adapter, drain
+from pipeline.scoring.faust_fixes.guard import group_starts
 from pipeline.scoring.faust_fixes.handover import Handled, commit_ahead, commit_handed_over
 from pipeline.settings import Settings
 from tests.kafka.helpers import make_topic, read_all, spawn
@@ -101,6 +103,35 @@ async def member(
         yield m
     finally:
         await app.stop()
+
+
+def test_the_guards_start_offsets_cover_every_partition_of_the_topics_asked(
+    settings: Settings,
+) -> None:
+    """One lookup answers for every partition of every topic asked: the committed offset,
+    else the log start (also where retention trimmed past a commit)."""
+    paired, turns = make_topic(settings, "g-paired", 2), make_topic(settings, "g-turns", 3)
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    for partition, n in ((0, 5), (1, 5)):
+        for i in range(n):
+            producer.send(turns, value=b"%d" % i, partition=partition)
+    producer.flush()
+    producer.close()
+    group = settings.topic_prefix + "guard-group"
+    consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=group,
+                             enable_auto_commit=False)  # fmt: skip
+    consumer.commit({TopicPartition(turns, 0): OffsetAndMetadata(3, "", -1),
+                     TopicPartition(turns, 1): OffsetAndMetadata(1, "", -1)})  # fmt: skip
+    consumer.close()
+    admin = admin_client(settings)
+    try:  # retention's work, done at once: partition 1 now starts at 4, past its commit
+        admin.delete_records({TopicPartition(turns, 1): 4})
+    finally:
+        admin.close()
+
+    starts = group_starts(settings, group, [paired, turns])
+
+    assert starts == {(paired, 0): 0, (paired, 1): 0, (turns, 0): 3, (turns, 1): 4, (turns, 2): 0}
 
 
 async def test_the_adapter_commits_explicit_offsets_through_a_faust_consumer(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,37 +164,41 @@ class OffsetGuard:
             return records
 
 
-def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...] = ()) -> OffsetGuard:
-    """A guard that asks the broker for the group's offsets and reads with the range reader.
-
-    The first lookup asks about ``topics`` too (every topic the worker reads): otherwise
-    the first record of each topic waits for a lookup of its own, and a starting worker
-    judged nothing for about a second (benchmarks/saturation.py, 192 slots).
-    """
+def group_starts(settings: Any, group_id: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """Where ``group_id`` resumes on every partition of ``topics``: its committed offset,
+    or the log start where it has none (or retention trimmed past it)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pipeline.broker.clients import admin_client, consumer_config
+
+    admin = admin_client(settings)
+    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+    try:
+        committed = admin.list_group_offsets(group_id).get(group_id, {})
+        starts = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+        tps = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or []]
+        for tp, first in consumer.beginning_offsets(tps).items():
+            key = (tp.topic, tp.partition)
+            if starts.get(key, -1) < first:  # never committed, or trimmed by retention
+                starts[key] = first
+        return starts
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...]) -> OffsetGuard:
+    """A guard that asks the broker for the group's offsets and reads with the range reader.
+
+    The first lookup asks about all of ``topics`` (every topic the worker reads): otherwise
+    the first record of each topic waits for a lookup of its own, and a starting worker
+    judged nothing for about a second (benchmarks/saturation.py, 192 slots).
+    """
     from pipeline.replay.ranges import TopicRange
     from pipeline.replay.reader import read_span
 
-    def start_offsets(_keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        admin = admin_client(settings)
-        consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-        try:
-            committed = admin.list_group_offsets(group_id).get(group_id, {})
-            starts = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
-            asked = {t for t, _ in _keys} | set(topics)
-            tps = [
-                TopicPartition(t, p) for t in asked for p in consumer.partitions_for_topic(t) or []
-            ]
-            for tp, first in consumer.beginning_offsets(tps).items():
-                key = (tp.topic, tp.partition)
-                if starts.get(key, -1) < first:  # never committed, or trimmed by retention
-                    starts[key] = first
-            return starts
-        finally:
-            consumer.close()
-            admin.close()
+    def start_offsets(keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return group_starts(settings, group_id, {t for t, _ in keys} | set(topics))
 
     def read_range(topic: str, partition: int, first: int, end: int) -> list[Record]:
         span = TopicRange(topic, {partition: (first, end)})
