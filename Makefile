@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system model demo demo-recorded learn test test-unit test-kafka soak lint format bench kafka-jars clean
+.PHONY: setup system model judge demo demo-recorded learn test test-unit test-kafka soak lint format bench kafka-jars clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,10 @@ kafka-jars: setup system
 model: setup
 	$(BIN)/turnstream models fetch smollm2-135m-instruct
 
+# The default judge: SmolLM2-135M-Instruct fine-tuned once on examples/judge (a few minutes).
+judge: model
+	$(BIN)/turnstream models fetch smollm2-135m-judge
+
 # The live learning loop, shortened: the real model served, users, judge, trainer, pushes.
 demo: setup kafka-jars model
 	$(BIN)/turnstream demo
@@ -41,7 +45,7 @@ demo-recorded: setup kafka-jars
 learn: setup kafka-jars model
 	$(BIN)/turnstream learn
 
-test: setup kafka-jars model
+test: setup kafka-jars model judge
 	$(BIN)/pytest
 
 test-unit: setup

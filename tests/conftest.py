@@ -83,6 +83,15 @@ def smollm2() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_judge(smollm2: Path) -> Path:
+    """The default judge, trained once per machine from the shipped labelled next states
+    (`make judge` does it before the tests; here it happens on first use)."""
+    from pipeline.judge_model.build import ensure_judge
+
+    return ensure_judge(log=print)
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small local tokenizer with a chat template (nothing can be downloaded)."""
     from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer

@@ -18,23 +18,35 @@ from pipeline.serving.server import ServerState
 from pipeline.settings import ServeSettings
 
 
-def make_tiny_policy(out: Path, tokenizer_dir: Path, seed: int = 0, noise: float = 0.0) -> Path:
+def tiny_llama_config(vocab_size: int, **overrides: Any) -> Any:
+    """A small random Llama's config: 2 layers of width 48 unless ``overrides`` say more."""
+    from transformers import LlamaConfig
+
+    sizes: dict[str, Any] = {
+        "hidden_size": 48,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": True,
+    }
+    return LlamaConfig(vocab_size=vocab_size, **{**sizes, **overrides})
+
+
+def make_tiny_policy(
+    out: Path, tokenizer_dir: Path, seed: int = 0, noise: float = 0.0, unused_ids: int = 0
+) -> Path:
     """A 2-layer random Llama with the tiny tokenizer, saved like a trainer's checkpoint.
 
-    ``noise``: the seed's weights plus Gaussian noise of that scale (a "trained" copy).
+    ``noise``: the seed's weights plus Gaussian noise of that scale (a "trained" copy);
+    ``unused_ids``: that many vocabulary ids beyond the tokenizer's (a padded output head).
     """
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
+    config = tiny_llama_config(
+        len(tokenizer) + unused_ids,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )

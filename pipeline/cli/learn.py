@@ -54,7 +54,9 @@ def learn(
         show_default=False,
     ),
     judge: str = typer.Option(
-        None, help="rules (default), embedded (an LLM judge served here) or a judge base URL"
+        None,
+        help="rules (default), embedded (the trained judge smollm2-135m-judge, served here) "
+        "or a judge base URL",
     ),
     judge_max_tokens: int = typer.Option(
         None,

@@ -200,3 +200,12 @@ def judge_agreement(
             problems.append(f"{name} {gold.describe(value)} is below --min-{name} {floor:g}")
     if problems:
         _exit(1, "; ".join(problems))
+
+
+def _register_train() -> None:
+    from pipeline.cli.judge_train import judge_train
+
+    judge_app.command("train")(judge_train)
+
+
+_register_train()

@@ -21,15 +21,14 @@ from pipeline.learn.prompts import default_prompts, load_prompts, split
 from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
 from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
 from pipeline.learn.users import Population, ServedTurn
-from pipeline.models.fetch import resolve_model
+from pipeline.models.fetch import JUDGE_NAME, resolve_model
 from pipeline.processes import Children, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.training.weights import push_to_servers
 
-# The embedded judge is the 135M policy model on CPU: a vote that reasons for the judge
-# prompt's full 4,096 tokens would hold a training step for minutes, so votes are cut here
-# (a cut vote without \boxed{} counts as no vote, as any malformed judge output does).
+# The embedded judge is the trained 135M judge on CPU: its votes are regex-constrained (a
+# box within tens of tokens), and the budget only bounds a vote that would run on anyway.
 EMBEDDED_JUDGE_MAX_TOKENS = 256
 
 
@@ -111,9 +110,9 @@ class LearnRun:
         self._phase("start")
 
     def _judge(self) -> Judge | None:
-        """None for the rules judge; else an LLM judge: ``embedded`` is a server of the
-        initial weights of its own (the judge does not change as the policy learns), any
-        other value the base URL of an OpenAI-compatible judge (SGLang serves one)."""
+        """None for the rules judge; else an LLM judge: ``embedded`` serves the default
+        trained judge (smollm2-135m-judge, built once into the models cache), any other
+        value is the base URL of an OpenAI-compatible judge (SGLang serves one)."""
         judge = self.options.judge
         if judge is None or judge == "rules":
             return None
@@ -121,11 +120,10 @@ class LearnRun:
             return Judge(
                 judge.rstrip("/").removesuffix("/v1"), max_new_tokens=self.options.judge_max_tokens
             )
-        served = start_server(self.settings, self.model, self.workdir, "judge", None)
+        model = resolve_model(JUDGE_NAME, self.settings.models, log=self.console.print)
+        served = start_server(self.settings, model, self.workdir, "judge", None)
         self._keep(served.proc)
-        return Judge(
-            served.url, self.model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS
-        )
+        return Judge(served.url, model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS)
 
     def evaluate(self, label: str) -> EvalResult:
         o = self.options

@@ -27,6 +27,8 @@ from pipeline.models.convert import CONVERSION, ModelError, convert_gguf
 from pipeline.settings import ModelSettings
 
 MANIFEST = "turnstream-model.json"
+JUDGE_NAME = "smollm2-135m-judge"  # built by `turnstream judge train` from the shipped data
+JUDGE_MANIFEST = "turnstream-judge.json"  # in a checkpoint directory: a trained judge
 Log = Callable[[str], None]
 
 
@@ -61,7 +63,7 @@ def ensure_model(
     if is_fetched(target):
         return target
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    with _lock(settings.cache_dir / f".{name}.lock"):
+    with lock(settings.cache_dir / f".{name}.lock"):
         if is_fetched(target):  # another process finished it while we waited
             log(f"{name}: fetched by another process meanwhile")
             return target
@@ -78,11 +80,26 @@ def resolve_model(
         return path
     if name_or_dir in CATALOG:
         return ensure_model(name_or_dir, settings, log)
-    known = ", ".join(sorted(CATALOG))
+    if name_or_dir == JUDGE_NAME:
+        # the default judge is trained, not downloaded: pipeline.judge_model sits above this
+        # module (it fetches its base model here), so it is imported only when asked for
+        from pipeline.judge_model.build import ensure_judge
+
+        return ensure_judge(settings, log)
+    known = ", ".join([*sorted(CATALOG), JUDGE_NAME])
     raise ModelError(
         f"model {name_or_dir!r} is neither a directory nor a model turnstream can fetch "
         f"({known}); pass a HF checkpoint directory or one of those names"
     )
+
+
+def read_judge_manifest(directory: Path) -> dict[str, Any] | None:
+    """The judge manifest of a checkpoint directory, or None when it is no trained judge."""
+    try:
+        data = json.loads((directory / JUDGE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -91,7 +108,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def lock(path: Path) -> Iterator[None]:
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

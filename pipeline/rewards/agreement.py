@@ -2,7 +2,8 @@
 
 A gold file is JSON Lines: each line a reward input (the shape ``turnstream
 reward test`` reads) with a numeric ``label`` added, e.g. -1, 0, 1 from a
-human. Rho compares the raw scores with the labels; kappa and the confusion
+human, and optionally a ``hint``: the hindsight a hint judge should give for it (a
+string, or null). Rho compares the raw scores with the labels; kappa and the confusion
 table use each score binned to the nearest label value (a tie goes to the
 lower label).
 """
@@ -29,6 +30,7 @@ class GoldItem:
     line: int
     label: float
     input: RewardInput
+    hint: str | None = None  # what a hint vote should say (OPD), when the item has one
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,11 @@ def _gold_item(lineno: int, text: str) -> GoldItem:
     label = data.pop("label", None)
     if isinstance(label, bool) or not isinstance(label, int | float) or not math.isfinite(label):
         raise ValueError(f"label: expected a number, got {label!r}")
+    hint = data.pop("hint", None)
+    if hint is not None and not (isinstance(hint, str) and hint.strip()):
+        raise ValueError(f"hint: expected a non-empty string or null, got {hint!r}")
     try:
-        return GoldItem(lineno, float(label), RewardInput.model_validate(data))
+        return GoldItem(lineno, float(label), RewardInput.model_validate(data), hint)
     except ValidationError as exc:
         raise ValueError(_problem(exc)) from exc
 

@@ -42,7 +42,8 @@ def choose(
     """One token per row of ``logits`` [rows, vocab] (fp32), each row with its own params.
 
     ``banned``: per row, tokens that may not be chosen yet (stop tokens before
-    min_new_tokens); they keep their log-prob.
+    min_new_tokens); they keep their log-prob. A row whose grammar allows nothing
+    else (its other logits are -inf) may choose them all the same.
     """
     logits = logits.float()
     scale = torch.tensor(
@@ -57,6 +58,8 @@ def choose(
         if banned and banned[row]:
             pick_from = raw.clone()
             pick_from[list(banned[row])] = float("-inf")
+            if bool(torch.isneginf(pick_from).all()):  # its grammar allows only stop tokens
+                pick_from = raw
         if s.greedy:
             token = int(torch.argmax(pick_from))
         else:

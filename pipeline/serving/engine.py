@@ -3,7 +3,10 @@
 Each loop takes the requests that arrived (up to ``max_running`` sequences in
 all), prefills them as one left-padded batch on the weights being served now,
 samples their first token and joins them to the rows decoding on those weights;
-then every group of rows takes one decode step. A weight update only swaps
+then every group of rows takes one decode step. Copies of one prompt (SGLang's
+``n`` parallel samples) are prefilled once and their cache rows duplicated. A
+request with a grammar decodes in the same batch as the others, its row masked
+to what its grammar allows (:mod:`pipeline.serving.grammar`). A weight update only swaps
 :attr:`Engine.weights`: rows already decoding finish on the weights they
 started with (one group of rows per set of weights), new ones start on the new.
 """
@@ -22,6 +25,7 @@ import torch
 from pipeline.serving import batch
 from pipeline.serving.batch import Rows
 from pipeline.serving.choose import choose, prompt_logprobs
+from pipeline.serving.grammar import Grammars, constrain
 from pipeline.serving.jobs import Event, Job, Request
 from pipeline.serving.sampling import BadRequest
 from pipeline.serving.text import TextTracker
@@ -58,6 +62,7 @@ class Engine:
         self.vocab_size = int(weights.model.config.vocab_size)
         self.eos_ids = _eos_ids(tokenizer, weights.model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
         self._queue: collections.deque[Job] = collections.deque()
         self._groups: list[Group] = []
         self._cv = threading.Condition()
@@ -66,6 +71,7 @@ class Engine:
         self.steps = 0
         self.widest = 0  # the most rows one decode step has run
         self.step_s = 0.0  # moving average of a loop's time (prefills and decode steps)
+        self.prefill_tokens = 0  # prompt tokens run through the model (a shared prompt once)
 
     # -- the request side (any thread) -----------------------------------------
 
@@ -102,8 +108,31 @@ class Engine:
             )
         return wanted
 
-    def submit(self, request: Request, emit: Any) -> Job:
-        """Queue a checked request; its events go to ``emit`` (called on the engine thread)."""
+    def submit(self, request: Request, emit: Any, compiled: Any = None) -> Job:
+        """Queue a checked request; its events go to ``emit`` (called on the engine thread).
+
+        ``compiled``: the request's grammar compiled already (off the event loop); when
+        None, a request with a grammar compiles it here (BadRequest if it does not).
+        """
+        return self.submit_all([(request, emit, compiled)])[0]
+
+    def submit_all(self, items: list[tuple[Request, Any, Any]]) -> list[Job]:
+        """Queue (request, emit, compiled) items together, all or none: a batch is admitted
+        in one step when there is room, so copies of one prompt share its prefill."""
+        jobs = [self._job(*item) for item in items]
+        with self._cv:
+            if self._stopping:
+                raise BadRequest("the server is shutting down", status=503)
+            if len(self._queue) >= self.max_queued:
+                raise BadRequest(
+                    f"{len(self._queue)} requests are waiting already; try again shortly",
+                    status=503,
+                )
+            self._queue.extend(jobs)
+            self._cv.notify()
+        return jobs
+
+    def _job(self, request: Request, emit: Any, compiled: Any) -> Job:
         max_new = self.check(request)
         s = request.sampling
         tracker = TextTracker(
@@ -116,16 +145,10 @@ class Engine:
         job = Job(request, emit, max_new, tracker)
         if s.seed is not None and not s.greedy:
             job.generator = torch.Generator().manual_seed(s.seed)
-        with self._cv:
-            if self._stopping:
-                raise BadRequest("the server is shutting down", status=503)
-            if len(self._queue) >= self.max_queued:
-                raise BadRequest(
-                    f"{len(self._queue)} requests are waiting already; try again shortly",
-                    status=503,
-                )
-            self._queue.append(job)
-            self._cv.notify()
+        if s.grammar is not None:
+            if compiled is None:
+                compiled = self.grammars.compile(*s.grammar)
+            job.grammar = self.grammars.matcher(compiled)
         return job
 
     def swap(self, weights: Weights) -> None:
@@ -141,6 +164,7 @@ class Engine:
                 "weight_sets": len({id(g.weights) for g in self._groups}),
                 "widest_batch": self.widest,
                 "step_ms": round(self.step_s * 1000, 1),
+                "prefill_tokens": self.prefill_tokens,
             }
 
     def start(self) -> None:
@@ -200,7 +224,9 @@ class Engine:
         prompts = [j.request.prompt_ids for j in jobs]
         scored = len(jobs) == 1 and jobs[0].request.wants_prompt_logprobs
         keep_logits = len(prompts[0]) - jobs[0].request.logprob_start_len if scored else 1
-        rows, logits = batch.prefill(weights.model, prompts, self.pad_id, keep_logits)
+        distinct, copy_of = distinct_prompts(prompts)
+        rows, logits = batch.prefill(weights.model, distinct, self.pad_id, keep_logits)
+        self.prefill_tokens += sum(len(p) for p in distinct)
         if scored:
             self._prompt_logprobs(jobs[0], logits[0])
         live = [i for i, j in enumerate(jobs) if j.max_new_tokens > 0]
@@ -209,10 +235,10 @@ class Engine:
                 self._finish(job, {"type": "length", "length": 0})
         if not live:
             return
-        alive = batch.keep(rows, live)
+        alive = batch.keep(rows, [copy_of[i] for i in live])  # a shared prompt's rows copied
         assert alive is not None
         jobs = [jobs[i] for i in live]
-        staying = self._advance(jobs, alive, logits[live, -1])
+        staying = self._advance(jobs, alive, logits[[copy_of[i] for i in live], -1])
         going_on = batch.keep(alive, staying)
         if going_on is not None:
             group = self._group_for(weights)
@@ -252,7 +278,12 @@ class Engine:
         group.jobs = [group.jobs[i] for i in staying]
 
     def _advance(self, jobs: list[Job], rows: Rows, logits: torch.Tensor) -> list[int]:
-        """Choose each row's next token; emit it; the indices of rows that go on."""
+        """Choose each row's next token; emit it; the indices of rows that go on.
+
+        A row with a grammar has its logits masked first, so its reported log-probs are
+        those of the masked distribution, as SGLang reports them; other rows are untouched.
+        """
+        constrain(logits, [j.grammar for j in jobs])
         banned = [self._banned(j) for j in jobs]
         choices = choose(
             logits,
@@ -264,6 +295,9 @@ class Engine:
         )
         staying: list[int] = []
         for i, (job, choice) in enumerate(zip(jobs, choices, strict=True)):
+            if job.grammar is not None and not job.grammar.accept_token(choice.token):
+                self._finish(job, {"type": "abort", "message": "the grammar allows no next token"})
+                continue
             job.output_ids.append(choice.token)
             job.output_logprobs.append(choice.logprob)
             job.output_top.append(choice.top)
@@ -301,6 +335,8 @@ class Engine:
             return {"type": "stop", "matched": job.tracker.matched}
         if token in s.stop_token_ids or (not s.ignore_eos and token in self.eos_ids):
             return {"type": "stop", "matched": token}
+        if job.grammar is not None and job.grammar.is_terminated():
+            return {"type": "stop", "matched": token}
         produced = len(job.output_ids)
         if (
             produced >= job.max_new_tokens
@@ -320,6 +356,13 @@ class Engine:
         for job in failed:
             if job.finish is None:
                 job.emit(Event("error", error=error))
+
+
+def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """Each different prompt once, and for each prompt the index of its copy among them."""
+    index: dict[tuple[int, ...], int] = {}
+    copy_of = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return [list(p) for p in index], copy_of
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> frozenset[int]:

@@ -46,6 +46,7 @@ class Job:
     max_new_tokens: int
     tracker: TextTracker
     generator: Any = None  # torch.Generator when the request fixed a seed
+    grammar: Any = None  # its xgrammar.GrammarMatcher when the request has a grammar
     cancelled: bool = False
     version: str = ""
     output_ids: list[int] = field(default_factory=list)

@@ -5,10 +5,13 @@ given under both SGLang's names (``choices[i].prompt_token_ids``,
 ``response_token_ids``) and vLLM's (top-level ``prompt_token_ids``,
 ``choices[i].token_ids``), which the capture proxy reads. The served weight
 version is in ``metadata.weight_version`` (and the ``X-Weight-Version`` header).
+Grammars as SGLang takes them: ``regex`` and ``ebnf`` beside the OpenAI fields, and
+``response_format`` ``json_schema`` (its ``schema``) or ``json_object``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -33,6 +36,8 @@ SAMPLING_FIELDS = (
     "presence_penalty",
     "repetition_penalty",
     "logit_bias",
+    "regex",
+    "ebnf",
 )
 
 
@@ -83,7 +88,32 @@ def _sampling_params(body: dict[str, Any]) -> dict[str, Any]:
         params["min_new_tokens"] = body["min_tokens"]
     if body.get("seed") is not None:
         params["sampling_seed"] = body["seed"]
+    params.update(_response_format(body.get("response_format")))
     return params
+
+
+def _response_format(fmt: Any) -> dict[str, str]:
+    """``response_format`` as SGLang's sampling parameter: a JSON schema, serialised."""
+    if fmt is None:
+        return {}
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"json_schema": '{"type": "object"}'}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise BadRequest(
+                "response_format.json_schema.schema must be an object (the JSON schema)",
+                param="response_format",
+            )
+        return {"json_schema": json.dumps(schema)}
+    raise BadRequest(
+        "response_format must be an object whose type is text, json_object or json_schema",
+        param="response_format",
+    )
 
 
 def _top_logprobs(body: dict[str, Any]) -> int:
@@ -117,8 +147,6 @@ def parse_chat(
         raise BadRequest(
             "tool_choice other than auto or none is not supported", param="tool_choice"
         )
-    if body.get("response_format") not in (None, {"type": "text"}):
-        raise BadRequest("response_format is not supported by this server", param="response_format")
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise BadRequest("chat_template_kwargs must be an object")

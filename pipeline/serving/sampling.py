@@ -3,7 +3,8 @@
 Greedy (temperature 0, or top_k 1) takes the argmax of the raw logits. A sampled
 token's reported log-prob is ``log_softmax(logits / T)`` before top-p/top-k/min-p
 filtering, as SGLang reports it (``original=True``: the raw log-softmax, SGLang's
-``SGLANG_RETURN_ORIGINAL_LOGPROB``).
+``SGLANG_RETURN_ORIGINAL_LOGPROB``). A grammar (``regex``, ``json_schema``, ``ebnf``)
+is only checked here; :mod:`pipeline.serving.grammar` compiles and applies it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ NEUTRAL = {
     "frequency_penalty": 0.0,
     "presence_penalty": 0.0,
     "repetition_penalty": 1.0,
-    "json_schema": None,
-    "regex": None,
-    "ebnf": None,
     "structural_tag": None,
     "logit_bias": None,
     "custom_params": None,
@@ -28,6 +26,8 @@ NEUTRAL = {
     "beam_width": None,
 }
 IGNORED = {"stream_interval", "spaces_between_special_tokens", "watermark"}
+# SGLang's grammar parameters, by the kind name its grammar cache and errors use.
+GRAMMARS = {"json": "json_schema", "regex": "regex", "ebnf": "ebnf"}
 
 
 class BadRequest(ValueError):
@@ -53,10 +53,22 @@ class Sampling:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     seed: int | None = None
+    json_schema: str | None = None  # a JSON schema, serialised
+    regex: str | None = None
+    ebnf: str | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPS or self.top_k == 1
+
+    @property
+    def grammar(self) -> tuple[str, str] | None:
+        """(kind, text) of the grammar the output must follow: kind is json, regex or ebnf."""
+        for kind, name in GRAMMARS.items():
+            text = getattr(self, name)
+            if text is not None:
+                return kind, text
+        return None
 
 
 def _number(raw: dict[str, Any], name: str, default: float) -> float:
@@ -102,6 +114,24 @@ def _stops(raw: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[int]]:
     return tuple(stop or ()), frozenset(ids or ())
 
 
+def _grammars(raw: dict[str, Any]) -> dict[str, str]:
+    """The grammar parameters that are set: SGLang allows one at most."""
+    given = {name: raw[name] for name in GRAMMARS.values() if raw.get(name) is not None}
+    for name, value in given.items():
+        if not isinstance(value, str):
+            shape = " (a JSON schema serialised to a string, e.g. with json.dumps)"
+            raise BadRequest(
+                f"sampling_params.{name} must be a string"
+                f"{shape if name == 'json_schema' else ''}, got {type(value).__name__}",
+                param=name,
+            )
+    if len(given) > 1:
+        raise BadRequest(
+            "Only one of regex, json_schema, or ebnf can be set.", param=sorted(given)[0]
+        )
+    return given
+
+
 def parse_sampling(raw: Any, default_max_new_tokens: int | None = 128) -> Sampling:
     """A checked Sampling from SGLang's ``sampling_params`` object (BadRequest if invalid)."""
     if raw is None:
@@ -134,6 +164,7 @@ def parse_sampling(raw: Any, default_max_new_tokens: int | None = 128) -> Sampli
         skip_special_tokens=raw.get("skip_special_tokens") is not False,
         no_stop_trim=_flag(raw, "no_stop_trim"),
         seed=_integer(raw, "sampling_seed", None),
+        **_grammars(raw),
     )
     _check_ranges(sampling)
     return sampling

@@ -7,7 +7,9 @@ Matched against SGLang 0.5.23 (the PyPI wheel sglang-0.5.23, its
 ``GET /v1/models``, ``GET /health``, ``GET /health_generate``,
 ``GET /get_model_info`` (``/model_info``) and ``POST /update_weights_from_disk``.
 Where this server differs: an unknown ``model`` is a 404 (SGLang ignores it);
-only text is served; no LoRA, grammars or penalties (a request for them is a 400).
+only text is served; no LoRA, penalties or structural tags (a request for them is a
+400). Grammars (``regex``, ``json_schema``, ``ebnf``; chat: ``response_format``) are
+compiled with xgrammar, SGLang's grammar backend, in a worker thread.
 Every generation answer carries the weight version that produced it, in
 ``meta_info.weight_version`` (chat: ``metadata.weight_version``) and the
 ``X-Weight-Version`` header.
@@ -28,6 +30,7 @@ import orjson
 from aiohttp import web
 
 from pipeline.models.convert import ModelError
+from pipeline.models.fetch import read_judge_manifest
 from pipeline.serving import native, openai_chat
 from pipeline.serving.engine import Engine
 from pipeline.serving.jobs import Job, Request
@@ -118,11 +121,30 @@ async def _body(request: web.Request) -> Any:
         raise BadRequest(f"the body is not valid JSON: {exc}") from exc
 
 
-def _submit(state: ServerState, request: Request) -> tuple[Job, Ticket]:
-    ticket = Ticket(asyncio.get_running_loop())
-    job = state.engine.submit(request, ticket.emit)
-    ticket.job = job
-    return job, ticket
+def _submit(
+    state: ServerState, requests: list[Request], compiled: dict[Any, Any]
+) -> list[tuple[Job, Ticket]]:
+    """Queue ``requests`` together (``compiled``: their grammars); a ticket for each."""
+    loop = asyncio.get_running_loop()
+    tickets = [Ticket(loop) for _ in requests]
+    items = [
+        (r, t.emit, compiled.get(r.sampling.grammar))
+        for r, t in zip(requests, tickets, strict=True)
+    ]
+    jobs = state.engine.submit_all(items)
+    for job, ticket in zip(jobs, tickets, strict=True):
+        ticket.job = job
+    return list(zip(jobs, tickets, strict=True))
+
+
+async def _compile_grammars(state: ServerState, requests: list[Request]) -> dict[Any, Any]:
+    """Each distinct grammar of ``requests``, compiled in a worker thread so that the event
+    loop goes on serving (a regex or a small JSON schema takes about 7 ms on a 49k
+    vocabulary; the first grammar also indexes the vocabulary, about 0.2 s)."""
+    loop = asyncio.get_running_loop()
+    grammars = {g for r in requests if (g := r.sampling.grammar) is not None}
+    compile_ = state.engine.grammars.compile
+    return {key: await loop.run_in_executor(None, compile_, *key) for key in grammars}
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
@@ -131,8 +153,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     for item in call.requests:
         state.engine.check(item)  # refuse the whole batch before any of it runs
     started = time.perf_counter()
+    compiled = await _compile_grammars(state, call.requests)
     text = state.token_text if call.text_in_logprobs else None
-    tickets = [_submit(state, item) for item in call.requests]
+    tickets = _submit(state, call.requests, compiled)
     rids = [str(rid) if rid else uuid.uuid4().hex for rid in call.rids]
     if call.stream:
         return await stream_generate(request, tickets[0], rids[0], text, started)
@@ -148,7 +171,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     call = openai_chat.parse_chat(await _body(request), state.names, state.render)
-    job, ticket = _submit(state, call.request)
+    compiled = await _compile_grammars(state, [call.request])
+    [(job, ticket)] = _submit(state, [call.request], compiled)
     if call.stream:
         return await stream_chat(request, call, ticket, state.token_text)
     await ticket.finished()
@@ -176,7 +200,9 @@ async def health(_request: web.Request) -> web.Response:
 async def health_generate(request: web.Request) -> web.Response:
     """SGLang's deep health check: one greedy token must come out."""
     state = request.app[STATE]
-    _job, ticket = _submit(state, Request([0], Sampling(max_new_tokens=1, temperature=0.0)))
+    [(_job, ticket)] = _submit(
+        state, [Request([0], Sampling(max_new_tokens=1, temperature=0.0))], {}
+    )
     try:
         await asyncio.wait_for(ticket.finished(), timeout=20)
     except (TimeoutError, RuntimeError):
@@ -204,8 +230,19 @@ async def model_info(request: web.Request) -> web.Response:
             "pushes": state.pushes,
             "last_push": state.last_push,
             "load": state.engine.load(),
+            "turnstream_judge": _judge_facts(weights.path),
         }
     )
+
+
+def _judge_facts(path: str) -> dict[str, Any] | None:
+    """What a judge trained by `turnstream judge train` says of itself (None: no such judge);
+    a judge client with judge_constrained=auto constrains its votes when this is set."""
+    manifest = read_judge_manifest(Path(path))
+    if manifest is None:
+        return None
+    keys = ("base", "prompt_version", "steps", "trained_at")
+    return {key: manifest.get(key) for key in keys}
 
 
 async def update_weights_from_disk(request: web.Request) -> web.Response:

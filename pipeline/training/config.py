@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass
 
 from pipeline.errors import ConfigError
@@ -21,7 +22,7 @@ def opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help}, **kw)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class TrainerConfig:
     # What to train
     mode: Literal["rl", "opd", "combine"] = opt(
@@ -177,17 +178,30 @@ def load_trainer_config(path: Path | None, **overrides: Any) -> TrainerConfig:
             raise ConfigError(f"{path}: expected a mapping of option: value")
         data = loaded
     data.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in dataclasses.fields(TrainerConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(
-            f"{path or 'overrides'}: unknown option(s) {unknown}; "
-            "see `turnstream train --help-config`"
-        )
     try:
-        return TrainerConfig(**data)
+        return TrainerConfig(**{str(k): v for k, v in data.items()})
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
+        errors = exc.errors(include_url=False)
+        unknown = sorted(
+            str(e["loc"][0]) for e in errors if e["type"] == "unexpected_keyword_argument"
+        )
+        if unknown:  # a misspelt key first: its value errors may follow from it
+            raise ConfigError(
+                f"{path or 'overrides'}: unknown option(s) {unknown}{_did_you_mean(unknown)}; "
+                "see `turnstream train --help-config`"
+            ) from exc
+        err = errors[0]
         where = ".".join(str(p) for p in err["loc"]) or "value"
         msg = err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{path or 'overrides'}: option {where}: {msg}") from exc
+
+
+def _did_you_mean(unknown: list[str]) -> str:
+    """The options nearest each unknown one, as `` (lr_rate: did you mean lr?)``."""
+    known = [f.name for f in dataclasses.fields(TrainerConfig)]
+    hints = [
+        f"{key}: did you mean {' or '.join(close)}?"
+        for key in unknown
+        if (close := difflib.get_close_matches(key, known, n=3))
+    ]
+    return f" ({' '.join(hints)})" if hints else ""

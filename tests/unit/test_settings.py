@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import logging
+import os
+import re
+from pathlib import Path
+
 import pytest
 
+import pipeline.settings as settings_module
 from pipeline.broker.clients import kafka_python_config
 from pipeline.errors import ConfigError
 from pipeline.settings import load_settings
+from tests.conftest import REPO
 
 
 def test_local_broker_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,3 +178,140 @@ def test_an_invalid_setting_is_named_by_its_environment_variable(
     with pytest.raises(ConfigError, match=r"^invalid settings: KAFKA_BOOTSTRAP_SERVERS: .* "
                        r"'localhost:90x2' is not host:port$"):  # fmt: skip
         load_settings()
+
+
+def config_file(monkeypatch: pytest.MonkeyPatch, path: Path, text: str) -> Path:
+    """A YAML settings file, named by TURNSTREAM_CONFIG."""
+    path.write_text(text)
+    monkeypatch.setenv("TURNSTREAM_CONFIG", str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key", "meant", "siblings"),
+    [
+        ("scoring: {windw: 3}\n", "scoring.windw", "scoring.window", "(scoring has: "),
+        ("topic_prefx: x\n", "topic_prefx", "topic_prefix", "(the top level has: "),
+        ("proxy:\n  port: 1\n  uptream: http://u:1\n", "proxy.uptream", "proxy.upstream", None),
+    ],
+)
+def test_a_misspelt_yaml_key_names_itself_its_file_and_the_setting_meant(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, yaml_text: str, key: str, meant: str,
+    siblings: str | None,
+) -> None:  # fmt: skip
+    path = config_file(monkeypatch, tmp_path / "config.yaml", yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert f"{key} in {path} is not a setting; did you mean {meant}" in message
+    assert siblings is None or siblings in message
+
+
+def test_yaml_sections_reach_their_settings_and_the_environment_beats_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config_file(
+        monkeypatch,
+        tmp_path / "config.yaml",
+        "topic_prefix: from-yaml.\nclient_id: yaml-client\n"
+        "scoring:\n  m: 5\n  window: 7\nproxy: {port: 30005}\nlocal_kafka: {port: 19600}\n",
+    )
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    for name in ("TURNSTREAM_SCORING_M", "TURNSTREAM_PROXY_PORT", "TURNSTREAM_KAFKA_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TURNSTREAM_SCORING_WINDOW", "99")
+    monkeypatch.setenv("TURNSTREAM_CLIENT_ID", "env-client")
+    settings = load_settings()
+    assert (settings.scoring.m, settings.scoring.window) == (5, 99)
+    assert (settings.topic_prefix, settings.client_id) == ("from-yaml.", "env-client")
+    assert (settings.proxy.port, settings.bootstrap_servers) == (30005, "127.0.0.1:19600")
+
+
+def test_a_bad_yaml_value_is_named_by_its_key_and_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = config_file(monkeypatch, tmp_path / "config.yaml", "scoring: {m: 0}\n")
+    monkeypatch.delenv("TURNSTREAM_SCORING_M", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid settings: scoring.m in {path}: Input should be greater than or equal to 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("- a\n", "expected a mapping at the top level"),
+        ("scoring: [1]\n", "scoring must be a mapping of setting: value"),
+        ("a: [\n", "cannot read settings: while parsing"),
+    ],
+)
+def test_an_unusable_settings_file_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, yaml_text: str, message: str
+) -> None:
+    path = config_file(monkeypatch, tmp_path / "config.yaml", yaml_text)
+    with pytest.raises(ConfigError, match=re.escape(f"TURNSTREAM_CONFIG={path}: {message}")):
+        load_settings()
+
+
+def test_a_missing_settings_file_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNSTREAM_CONFIG", "/nonexistent/turnstream.yaml")
+    with pytest.raises(ConfigError, match=r"TURNSTREAM_CONFIG=/nonexistent/turnstream\.yaml: "
+                       r"cannot read settings: no such file"):  # fmt: skip
+        load_settings()
+
+
+def test_an_unknown_argument_is_named_with_the_setting_meant() -> None:
+    with pytest.raises(ConfigError, match=r"scoring\.windw in the arguments of load_settings is "
+                       r"not a setting; did you mean scoring\.window\?"):  # fmt: skip
+        load_settings(scoring={"windw": 3})
+
+
+@pytest.fixture
+def warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No variable warned about yet in this process, and none of the caller's set."""
+    monkeypatch.setattr(settings_module, "_warned", set())
+    for name in os.environ:
+        if name.upper().startswith("TURNSTREAM_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("warned")
+def test_an_unknown_turnstream_variable_warns_once_and_the_process_loads(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TURNSTREAM_SCORING_WINDW", "3")
+    with caplog.at_level(logging.WARNING, logger="pipeline.settings"):
+        assert load_settings().scoring.window == 256
+        load_settings()
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "TURNSTREAM_SCORING_WINDW is set but is not a setting, so it is ignored; "
+        "did you mean TURNSTREAM_SCORING_WINDOW?"
+    )
+
+
+@pytest.mark.usefixtures("warned")
+def test_settings_and_variables_read_directly_do_not_warn(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    config_file(monkeypatch, tmp_path / "config.yaml", "client_id: c\n")
+    for name in ("TURNSTREAM_SOAK_TURNS", "TURNSTREAM_TEST_HOLD", "TURNSTREAM_SCORING_WINDOW"):
+        monkeypatch.setenv(name, "5")
+    monkeypatch.setenv("TURNSTREAM_SCORING", "{}")  # the section as JSON, read by pydantic
+    with caplog.at_level(logging.WARNING, logger="pipeline.settings"):
+        assert load_settings().client_id == "c"
+    assert caplog.records == []
+
+
+def test_every_turnstream_variable_read_directly_is_known_to_the_settings() -> None:
+    read = re.compile(r"os\.(?:environ\.get\(|environ\[|getenv\()\s*[\"'](TURNSTREAM_\w+)[\"']")
+    found = {
+        name
+        for folder in ("pipeline", "tests", "benchmarks", "examples")
+        for path in (REPO / folder).rglob("*.py")
+        for name in read.findall(path.read_text())
+    }
+    assert found == set(settings_module.READ_DIRECTLY)
+    assert not found & settings_module.setting_variables()

@@ -54,6 +54,8 @@ def test_every_option_has_help() -> None:
     [
         ("lr: fast\n", "option lr"),
         ("learning_rate: 1e-5\n", "unknown option(s) ['learning_rate']"),
+        ("eps_clp: 0.1\n", "unknown option(s) ['eps_clp'] (eps_clp: did you mean eps_clip"),
+        ("lr: fast\nsed: 1\n", "unknown option(s) ['sed'] (sed: did you mean seed?)"),
         ("zero_stage: 5\n", "zero_stage must be 0..3"),
         ("keep_checkpoints: 0\n", "keep_checkpoints must be >= 1, got 0"),
         ("keep_weight_versions: -1\n", "keep_weight_versions must be >= 1, got -1"),

@@ -16,25 +16,28 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-# (prompts, n, max_new_tokens) -> len(prompts) * n answers, each prompt's n together
-SendBatch = Callable[[list[str], int, int], Awaitable[list[str]]]
+# (prompts, n, max_new_tokens, regex) -> len(prompts) * n answers, each prompt's n together
+SendBatch = Callable[[list[str], int, int, str | None], Awaitable[list[str]]]
+Key = tuple[int, int, str | None]
 
 
 class GenerateBatcher:
     """Collects the prompts asked within ``wait_s`` of a batch's first one (0: in the same
-    loop turn) with the same n and token limit into requests of at most ``limit`` prompts;
+    loop turn) with the same n, token limit and regex into requests of at most ``limit`` prompts;
     each asker gets its own n answers, or the request's error."""
 
     def __init__(self, send: SendBatch, limit: int, wait_s: float = 0.0) -> None:
         self._send = send
         self._limit = limit
         self._wait_s = wait_s
-        self._waiting: dict[tuple[int, int], list[tuple[str, asyncio.Future[list[str]]]]] = {}
+        self._waiting: dict[Key, list[tuple[str, asyncio.Future[list[str]]]]] = {}
         self._running: set[asyncio.Future[None]] = set()
-        self._timers: dict[tuple[int, int], asyncio.Handle] = {}
+        self._timers: dict[Key, asyncio.Handle] = {}
 
-    async def ask(self, text: str, n: int, max_new_tokens: int) -> list[str]:
-        key = (n, max_new_tokens)
+    async def ask(
+        self, text: str, n: int, max_new_tokens: int, regex: str | None = None
+    ) -> list[str]:
+        key = (n, max_new_tokens, regex)
         asks = self._waiting.get(key)
         if asks is None:
             asks = self._waiting[key] = []
@@ -50,7 +53,7 @@ class GenerateBatcher:
             self._flush(key)
         return await answer
 
-    def _flush(self, key: tuple[int, int]) -> None:
+    def _flush(self, key: Key) -> None:
         """Send the batch waiting under ``key``; its timer goes with it (a batch sent full
         must not have its timer send the next one early)."""
         asks = self._waiting.pop(key, None)
@@ -62,10 +65,14 @@ class GenerateBatcher:
             task.add_done_callback(self._running.discard)
 
     async def _request(
-        self, asks: list[tuple[str, asyncio.Future[list[str]]]], n: int, max_new_tokens: int
+        self,
+        asks: list[tuple[str, asyncio.Future[list[str]]]],
+        n: int,
+        max_new_tokens: int,
+        regex: str | None,
     ) -> None:
         try:
-            answers = await self._send([text for text, _ in asks], n, max_new_tokens)
+            answers = await self._send([text for text, _ in asks], n, max_new_tokens, regex)
         except asyncio.CancelledError:
             for _, answer in asks:
                 answer.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ import orjson
 
 from pipeline.errors import TurnstreamError
 from pipeline.scoring.judge.batching import GenerateBatcher
+from pipeline.scoring.judge.prompts import eval_regex, hint_regex
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 JSON = {"Content-Type": "application/json"}
@@ -47,6 +51,10 @@ class JudgeConfig:
     hint_max_new_tokens: int = 8192
     batch_max: int = 32  # SGLang: prompts asked together in one /generate (1: one per call)
     batch_wait_s: float = 0.0  # SGLang: how long a request waits for more prompts
+    # regex-constrained votes (SGLang's sampling_params.regex; OpenAI: the regex body field);
+    # auto: on when the SGLang judge's /get_model_info says it serves a trained judge
+    constrained: Literal["auto", "on", "off"] = "off"
+    reason_chars: int = 200
 
 
 def chatml(messages: Sequence[dict[str, Any]]) -> str:
@@ -74,6 +82,8 @@ class JudgeClient:
         self.requests = 0
         self.retries = 0
         self._batcher = GenerateBatcher(self._generate, config.batch_max, config.batch_wait_s)
+        # Set once by the event loop's first vote (auto: after asking the server), then read.
+        self._constrained: bool | None = {"on": True, "off": False}.get(config.constrained)
 
     def _open(self) -> aiohttp.ClientSession:
         """The one HTTP session, created on first use inside the running event loop."""
@@ -98,8 +108,9 @@ class JudgeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def post(self, path: str, body: dict[str, Any]) -> Any:
-        """POST with retries; calls spread over replicas, and each retry moves to the next one."""
+    async def post(self, path: str, body: dict[str, Any] | None) -> Any:
+        """POST with retries; calls spread over replicas, and each retry moves to the next one.
+        A body of None is a GET."""
         session = self._open()
         last = ""
         first = next(self._next)
@@ -107,8 +118,13 @@ class JudgeClient:
             url = self._urls[(first + attempt - 1) % len(self._urls)] + path
             try:
                 async with self._limit:
-                    self.requests += 1
-                    async with session.post(url, data=orjson.dumps(body), headers=JSON) as resp:
+                    self.requests += body is not None  # judge calls, not the model-info query
+                    call = (
+                        session.get(url)
+                        if body is None
+                        else session.post(url, data=orjson.dumps(body), headers=JSON)
+                    )
+                    async with call as resp:
                         if resp.status == 200:
                             return orjson.loads(await resp.read())
                         text = (await resp.text())[:300]
@@ -135,11 +151,42 @@ class JudgeClient:
         """n judge outputs for one chat prompt (votes are independent samples), in one request
         (SGLang: one with the other prompts asked in the same loop turn)."""
         max_new = self.config.hint_max_new_tokens if hint else self.config.max_new_tokens
+        regex = await self.vote_regex(hint)
         if self.config.backend == "openai":
-            return await self._chat(messages, n, max_new)
-        return await self._batcher.ask(self.render(messages), n, max_new)
+            return await self._chat(messages, n, max_new, regex)
+        return await self._batcher.ask(self.render(messages), n, max_new, regex)
 
-    async def _generate(self, texts: list[str], n: int, max_new: int) -> list[str]:
+    async def vote_regex(self, hint: bool) -> str | None:
+        """The regex a vote is asked with, or None for free votes (the setting; auto: whether
+        the judge server says it serves a judge trained by `turnstream judge train`)."""
+        if self._constrained is None:
+            self._constrained = await self._serves_trained_judge()
+        if not self._constrained:
+            return None
+        chars = self.config.reason_chars
+        return hint_regex(chars) if hint else eval_regex(chars)
+
+    async def _serves_trained_judge(self) -> bool:
+        if self.config.backend != "sglang":
+            return False
+        try:
+            info = await self.post("/get_model_info", None)
+        except TurnstreamError as exc:  # answered, but not 200: no model info, so no judge of ours
+            if isinstance(exc, JudgeUnavailable):
+                raise
+            info = {}
+        trained = isinstance(info, dict) and bool(info.get("turnstream_judge"))
+        log.info(
+            "judge at %s: %s; votes are %s",
+            self._urls[0],
+            "a trained turnstream judge" if trained else "no turnstream judge",
+            "regex-constrained" if trained else "free (set judge_constrained=on to constrain)",
+        )
+        return trained
+
+    async def _generate(
+        self, texts: list[str], n: int, max_new: int, regex: str | None = None
+    ) -> list[str]:
         """SGLang /generate: n answers to each of ``texts``, each prompt's n together."""
         body: dict[str, Any] = {
             "text": texts[0] if len(texts) == 1 else texts,
@@ -156,6 +203,8 @@ class JudgeClient:
         }
         if n > 1:  # SGLang's parallel sampling: one answer per vote, a list of them
             body["sampling_params"]["n"] = n
+        if regex is not None:
+            body["sampling_params"]["regex"] = regex
         data = await self.post("/generate", body)
         results = data if isinstance(data, list) else [data]
         if len(results) != n * len(texts):
@@ -164,8 +213,10 @@ class JudgeClient:
             )
         return [r.get("text", "") if isinstance(r, dict) else "" for r in results]
 
-    async def _chat(self, messages: list[dict[str, Any]], n: int, max_new: int) -> list[str]:
-        body = {
+    async def _chat(
+        self, messages: list[dict[str, Any]], n: int, max_new: int, regex: str | None = None
+    ) -> list[str]:
+        body: dict[str, Any] = {
             "model": self.config.model or "judge",
             "messages": messages,
             "n": n,
@@ -173,6 +224,8 @@ class JudgeClient:
             "top_p": self.config.top_p,
             "max_tokens": max_new,
         }
+        if regex is not None:  # SGLang's OpenAI endpoint takes it as an extra body field
+            body["regex"] = regex
         data = await self.post("/v1/chat/completions", body)
         return [c["message"].get("content") or "" for c in data["choices"]]
 

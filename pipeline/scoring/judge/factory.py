@@ -47,6 +47,8 @@ def judge_client(settings: Settings) -> JudgeClient:
         hint_max_new_tokens=2 * s.judge_max_new_tokens,
         batch_max=s.judge_batch_max,
         batch_wait_s=s.judge_batch_wait_ms / 1000,
+        constrained=s.judge_constrained,
+        reason_chars=s.judge_reason_chars,
     )
     render = _chat_renderer(s.judge_tokenizer) if s.judge == "sglang" else None
     return JudgeClient(config, render) if render else JudgeClient(config)

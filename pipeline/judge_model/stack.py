@@ -1,0 +1,177 @@
+"""The judge's layers run with the prompts' shared prefix computed once.
+
+Every eval prompt starts with the same system prompt (about 350 of its ~450
+tokens), and so does every hint prompt. Training the top layers only, the
+frozen layers' output for a prompt never changes: it is computed once per
+example (:func:`frozen_states`), and for the shared prefix once per kind. Each
+training step runs the trained layers over the prefix once (batch 1, with its
+gradient) and over each example's own suffix with the prefix's keys and values
+in front (:class:`PrefixKV`), then the output head on the answer positions only.
+
+Transformers' attention asks its cache for one thing, ``update(key, value,
+layer_idx)``, returning the keys and values to attend to: :class:`PrefixKV`
+answers it. That is the library's internal calling convention, so the
+versions it was tested with are checked here (:func:`check_transformers`) and
+the result is tested against the model's own forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pipeline.errors import TurnstreamError
+
+TESTED_TRANSFORMERS = (5,)  # major versions whose attention calls cache.update(k, v, layer_idx)
+
+
+def check_transformers() -> None:
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    if major not in TESTED_TRANSFORMERS:
+        raise TurnstreamError(
+            f"judge training runs transformers' decoder layers one by one, tested with "
+            f"transformers {TESTED_TRANSFORMERS} (major); {transformers.__version__} is "
+            "installed: install transformers 5.x"
+        )
+
+
+class PrefixKV:
+    """The shared prefix's keys and values per layer, put in front of a suffix's own.
+
+    Recording (the prefix's pass), ``update`` keeps each layer's keys and values;
+    reading (a suffix's pass), it returns them expanded to the suffix's batch and
+    joined with the suffix's. Written and read by one thread, in one forward pass.
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+        self.recording = True
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_: Any, **__: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.recording:
+            self.keys[layer_idx], self.values[layer_idx] = key, value
+            return key, value
+        batch = key.shape[0]
+        k = self.keys[layer_idx].expand(batch, -1, -1, -1)
+        v = self.values[layer_idx].expand(batch, -1, -1, -1)
+        return torch.cat([k, key], dim=2), torch.cat([v, value], dim=2)
+
+
+def causal_mask(length: int, start: int) -> torch.Tensor:
+    """[1, 1, length, start + length] bool: a suffix token sees the prefix and what precedes it."""
+    rows = torch.arange(length)[:, None]
+    cols = torch.arange(start + length)[None, :]
+    return (cols < start + rows + 1)[None, None]
+
+
+def run_layers(
+    model: Any, layers: Sequence[torch.nn.Module], hidden: torch.Tensor, start: int, kv: PrefixKV
+) -> torch.Tensor:
+    """``hidden`` [B, S, D] at positions start.., through ``layers``, after ``kv``'s prefix."""
+    positions = torch.arange(start, start + hidden.shape[1])[None]
+    rotary = model.model.rotary_emb(hidden, positions)
+    mask = causal_mask(hidden.shape[1], start)
+    for layer in layers:
+        hidden = layer(
+            hidden,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=kv,
+            position_embeddings=rotary,
+        )
+    return hidden
+
+
+@dataclass
+class Split:
+    """Which decoder layers stay frozen and which train."""
+
+    model: Any
+    top: int
+
+    def __post_init__(self) -> None:
+        layers = self.model.model.layers
+        if not 1 <= self.top <= len(layers):
+            raise TurnstreamError(f"train top layers: 1..{len(layers)}, got {self.top}")
+        if self.model.config._attn_implementation != "sdpa":
+            raise TurnstreamError("judge training needs the model loaded with sdpa attention")
+
+    @property
+    def frozen(self) -> list[torch.nn.Module]:
+        layers = self.model.model.layers
+        return list(layers[: len(layers) - self.top])
+
+    @property
+    def trained(self) -> list[torch.nn.Module]:
+        layers = self.model.model.layers
+        return list(layers[len(layers) - self.top :])
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        """The trained layers and the final norm (the tied output head stays frozen)."""
+        self.model.requires_grad_(False)
+        for layer in self.trained:
+            layer.requires_grad_(True)
+        self.model.model.norm.requires_grad_(True)
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+@torch.no_grad()
+def frozen_states(
+    split: Split,
+    prefix: list[int],
+    suffixes: Sequence[list[int]],
+    pad_id: int,
+    batch: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The frozen layers' output: for the prefix [1, P, D], and each suffix [S_i, D]
+    (``on_batch`` is told how many suffixes each batch finished)."""
+    embed = split.model.model.embed_tokens
+    kv = PrefixKV()
+    prefix_out = run_layers(split.model, split.frozen, embed(torch.tensor([prefix])), 0, kv)
+    kv.recording = False
+    order = sorted(range(len(suffixes)), key=lambda i: len(suffixes[i]))
+    states: dict[int, torch.Tensor] = {}
+    for at in range(0, len(order), batch):
+        chunk = order[at : at + batch]
+        width = max(len(suffixes[i]) for i in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            ids[row, : len(suffixes[i])] = torch.tensor(suffixes[i])
+        hidden = run_layers(split.model, split.frozen, embed(ids), len(prefix), kv)
+        for row, i in enumerate(chunk):
+            states[i] = hidden[row, : len(suffixes[i])].clone()
+        if on_batch is not None:
+            on_batch(len(chunk))
+    out = [states[i] for i in range(len(suffixes))]
+    return prefix_out, out
+
+
+def answer_logits(
+    split: Split,
+    prefix_state: torch.Tensor,
+    suffix_states: Sequence[torch.Tensor],
+    positions: Sequence[Sequence[int]],
+) -> torch.Tensor:
+    """Logits [sum of len(positions[i]), V] at the given suffix positions of each example,
+    through the trained layers, the final norm and the output head."""
+    kv = PrefixKV()
+    run_layers(split.model, split.trained, prefix_state, 0, kv)
+    kv.recording = False
+    width = max(s.shape[0] for s in suffix_states)
+    hidden = prefix_state.new_zeros(len(suffix_states), width, prefix_state.shape[-1])
+    for row, state in enumerate(suffix_states):
+        hidden[row, : state.shape[0]] = state
+    out = run_layers(split.model, split.trained, hidden, prefix_state.shape[1], kv)
+    rows = torch.tensor([r for r, pos in enumerate(positions) for _ in pos])
+    cols = torch.tensor([c for pos in positions for c in pos])
+    picked = split.model.model.norm(out[rows, cols])
+    return split.model.lm_head(picked)
