@@ -9,12 +9,10 @@ environment, so a variable alone cannot stop a process).
 
 from __future__ import annotations
 
-import difflib
-import logging
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -23,35 +21,26 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
-    YamlConfigSettingsSource,
 )
 
+from pipeline import settings_sources
 from pipeline.errors import ConfigError
 from pipeline.topics.spec import Topics, load_topics
 
-if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
-
-log = logging.getLogger(__name__)
-
-# TURNSTREAM_* variables read with os.environ rather than through a settings class, and who
-# reads them: they are not typos, so load_settings does not warn about them.
-READ_DIRECTLY = {
-    "TURNSTREAM_CONFIG": "pipeline/settings.py (the YAML settings file)",
-    "TURNSTREAM_TEST_HOLD": "tests/kafka/fault_worker.py",
-    "TURNSTREAM_TEST_MARK": "tests/kafka/fault_worker.py",
-    "TURNSTREAM_SOAK_TURNS": "tests/kafka/test_soak.py",
-    "TURNSTREAM_FAULT_TURNS": "tests/kafka/test_faults.py",
-}
+READ_DIRECTLY = settings_sources.READ_DIRECTLY
 
 
 def shipped_file(repo_relative: str, packaged_name: str) -> Path:
     """A file that lives in the repo checkout, or in the wheel's package data."""
     in_repo = REPO_ROOT / repo_relative
     return in_repo if in_repo.exists() else PACKAGE_DATA / packaged_name
+
+
+def _config_path() -> str | None:
+    """The YAML settings file, read from the environment each time settings are."""
+    return os.environ.get("TURNSTREAM_CONFIG")
 
 
 class _EnvThenFile(BaseSettings):
@@ -66,7 +55,11 @@ class _EnvThenFile(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, *_config_file(settings_cls))
+        return (
+            init_settings,
+            env_settings,
+            *settings_sources.config_file(settings_cls, Settings, _config_path()),
+        )
 
 
 class KafkaSettings(_EnvThenFile):
@@ -405,63 +398,6 @@ class Settings(_EnvThenFile):
         return _load_topics_cached(self.topics_file, self.topic_prefix, _mtime(self.topics_file))
 
 
-@lru_cache(maxsize=1)
-def _sections() -> dict[str, type[BaseSettings]]:
-    """The sections of the YAML file: the fields of Settings that are settings classes."""
-    return {
-        name: info.annotation
-        for name, info in Settings.model_fields.items()
-        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseSettings)
-    }
-
-
-def _config_file(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
-    """The TURNSTREAM_CONFIG file as a source of settings_cls; none while the variable is unset."""
-    path = os.environ.get("TURNSTREAM_CONFIG")
-    if not path:
-        return ()
-    if not Path(path).expanduser().is_file():  # pydantic-settings skips a missing file
-        raise ConfigError(f"TURNSTREAM_CONFIG={path}: cannot read settings: no such file")
-    return (_ConfigFile(settings_cls, path),)
-
-
-class _ConfigFile(YamlConfigSettingsSource):
-    """The part of the YAML file one class reads: Settings its top level, a section class its
-    own mapping (``scoring: {m: 5}``), beneath that class's environment variables.
-
-    Handed to Settings as a dict, a section would be validated without the section's own
-    sources, and ``scoring: {m: 5}`` would beat TURNSTREAM_SCORING_M.
-    """
-
-    def __init__(self, settings_cls: type[BaseSettings], path: str) -> None:
-        self.path = path
-        self.section = next((k for k, c in _sections().items() if c is settings_cls), None)
-        super().__init__(settings_cls, yaml_file=Path(path))
-
-    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
-        import yaml
-
-        try:
-            data = super()._read_file(file_path)
-        except (OSError, UnicodeError, yaml.YAMLError) as exc:
-            raise ConfigError(
-                f"TURNSTREAM_CONFIG={self.path}: cannot read settings: {exc}"
-            ) from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"TURNSTREAM_CONFIG={self.path}: expected a mapping at the top level")
-        # Keys match fields whatever their case, as pydantic-settings matches them.
-        data = {str(key).lower(): value for key, value in data.items()}
-        if self.section is None:
-            return {key: value for key, value in data.items() if key not in _sections()}
-        part = data.get(self.section)
-        if part is not None and not isinstance(part, dict):
-            raise ConfigError(
-                f"TURNSTREAM_CONFIG={self.path}: {self.section} must be a mapping of "
-                f"setting: value, not {part!r}"
-            )
-        return {str(key): value for key, value in (part or {}).items()}
-
-
 def _mtime(path: Path) -> int:
     try:
         return path.stat().st_mtime_ns
@@ -478,104 +414,16 @@ def load_settings(**overrides: Any) -> Settings:
     """Read the settings once; a problem becomes a ConfigError naming the variable or YAML key."""
     from pydantic import ValidationError
 
-    _warn_unknown_variables()
+    settings_sources.warn_unknown_variables(Settings)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            _unknown_key(exc.title, e["loc"], overrides)
-            if e["type"] == "extra_forbidden"
-            else f"{_variable(exc.title, e['loc'], overrides)}: "
-            f"{e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors(include_url=False)
-        )
+        problems = settings_sources.validation_problems(exc, Settings, overrides, _config_path())
         raise ConfigError(f"invalid settings: {problems}") from exc
     except SettingsError as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc
 
 
-def _classes() -> dict[str, type[BaseSettings]]:
-    """Settings and its section classes by name (the title of their ValidationError)."""
-    classes: list[type[BaseSettings]] = [Settings, *_sections().values()]
-    return {cls.__name__: cls for cls in classes}
-
-
-def _yaml_key(model: str, loc: tuple[int | str, ...]) -> list[str]:
-    """The key path in the YAML file of a field of Settings or of a section class."""
-    section = next((name for name, cls in _sections().items() if cls.__name__ == model), None)
-    return [section, *map(str, loc)] if section else [str(part) for part in loc]
-
-
-def _in_file(key: list[str], overrides: dict[str, Any]) -> str | None:
-    """The YAML file a key was read from: TURNSTREAM_CONFIG, unless load_settings was given it."""
-    return None if key[0] in overrides else os.environ.get("TURNSTREAM_CONFIG")
-
-
-def _unknown_key(model: str, loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
-    """A key that is no setting: where it was given, and the settings beside it."""
-    key = _yaml_key(model, loc)
-    owner = Settings if len(key) == 1 else _sections().get(key[0]) if len(key) == 2 else None
-    where = _in_file(key, overrides) or "the arguments of load_settings"
-    problem = f"{'.'.join(key)} in {where} is not a setting"
-    if owner is None:
-        return problem
-    siblings = sorted(owner.model_fields)
-    parent = f"{key[0]}." if len(key) == 2 else ""
-    close = difflib.get_close_matches(key[-1], siblings, n=3)
-    if close:
-        problem += f"; did you mean {' or '.join(parent + name for name in close)}?"
-    return f"{problem} ({parent.rstrip('.') or 'the top level'} has: {', '.join(siblings)})"
-
-
-def _variable(model: str, loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
-    """Where a field was set: its variable (``TURNSTREAM_SCORING_M``) when the environment has
-    it, else its key in the YAML file when one is named, else its path."""
-    cls = _classes().get(model)
-    if cls is None or len(loc) != 1:
-        return ".".join(str(part) for part in (model, *loc))
-    variable = f"{cls.model_config.get('env_prefix', '')}{loc[0]}".upper()
-    key = _yaml_key(model, loc)
-    config = _in_file(key, overrides)
-    if config and variable not in _environment():
-        return f"{'.'.join(key)} in {config}"
-    return variable
-
-
-def _environment() -> dict[str, str]:
-    """The process environment by upper-case name, as pydantic-settings matches names."""
-    return {name.upper(): name for name in os.environ}
-
-
 def setting_variables() -> set[str]:
     """Every environment variable the settings classes read (a section's JSON one included)."""
-    names = set()
-    for cls in _classes().values():
-        prefix = cls.model_config.get("env_prefix", "")
-        for name, info in cls.model_fields.items():
-            alias = info.validation_alias or info.alias
-            names.add((alias if isinstance(alias, str) else f"{prefix}{name}").upper())
-    return names
-
-
-# Variables already warned about. Written and read by load_settings only; two threads loading
-# settings at once may both warn about one variable, which is harmless.
-_warned: set[str] = set()
-
-
-def _warn_unknown_variables() -> None:
-    """Warn, once a process, about each TURNSTREAM_* variable that nothing reads."""
-    known = setting_variables() | set(READ_DIRECTLY)
-    for upper, name in sorted(_environment().items()):
-        if not upper.startswith("TURNSTREAM_") or upper in known or upper in _warned:
-            continue
-        _warned.add(upper)
-        close = _close_variables(upper, known)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        log.warning("%s is set but is not a setting, so it is ignored%s", name, hint)
-
-
-def _close_variables(name: str, known: set[str]) -> list[str]:
-    """Known TURNSTREAM_* variables near name, compared after the prefix they all share."""
-    rest = name.removeprefix("TURNSTREAM_")
-    candidates = [k.removeprefix("TURNSTREAM_") for k in known if k.startswith("TURNSTREAM_")]
-    return ["TURNSTREAM_" + c for c in difflib.get_close_matches(rest, candidates, n=3, cutoff=0.8)]
+    return settings_sources.variables_read_by(Settings)

@@ -151,6 +151,14 @@ def summary_table(report: LearnReport) -> Table:
             f"judge votes ({j['backend']})",
             f"{j['votes']} over {j['samples_judged']} samples, {j['failed_votes']} without a score",
         )
+    agree = j.get("intent_agreement") or {}
+    if agree.get("n"):
+        kappa = agree["kappa"]
+        table.add_row(
+            "judge majority vs users' intent",
+            f"accuracy {agree['accuracy']:.3f}, kappa "
+            f"{'undefined' if kappa is None else f'{kappa:.3f}'} over {agree['n']} replies",
+        )
     table.add_row("pushes", str(len(report.pushes)))
     table.add_row("samples trained", str(report.training.get("samples_trained", 0)))
     table.add_row("wall time", f"{report.wall_time_s:.0f}s")

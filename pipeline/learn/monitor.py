@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pipeline.broker.clients import consumer_config
 from pipeline.events import Sample, decode_as
 from pipeline.learn.freshness import Push
+from pipeline.rewards.stats import cohen_kappa, confusion_table
 from pipeline.settings import Settings
 
 
@@ -70,8 +71,29 @@ class JudgeTally:
             "urls": self.urls,
             "samples_judged": self.samples,
             "votes": self.votes,
+            "votes_per_sample": round(self.votes / self.samples, 3) if self.samples else None,
             "failed_votes": self.failed,
         }
+
+
+def intent_agreement(intents: dict[str, bool], scores: dict[str, float]) -> dict[str, Any]:
+    """How the judge's majority (+1, 0, -1) agrees with what each user meant by its reply
+    (``intents``: sample id -> whether the answer met the user's wish, so a +1 reply),
+    over the samples both know: accuracy, Cohen kappa and the confusion table."""
+    ids = sorted(set(intents) & set(scores))
+    labels = [1.0 if intents[i] else -1.0 for i in ids]
+    judged = [scores[i] for i in ids]
+    if not ids:
+        return {"n": 0}
+    table = confusion_table(labels, judged)
+    values = sorted({*labels, *judged})
+    return {
+        "n": len(ids),
+        "accuracy": round(sum(a == b for a, b in zip(labels, judged, strict=True)) / len(ids), 4),
+        "kappa": cohen_kappa(labels, judged),
+        "labels": values,
+        "counts": [[table.count(g, p) for p in values] for g in values],
+    }
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pipeline.errors import TurnstreamError
 from pipeline.learn import alignment, freshness
 from pipeline.learn.evaluate import EvalResult, evaluate
 from pipeline.learn.loop import Users, Watched, follow
-from pipeline.learn.monitor import Monitor
+from pipeline.learn.monitor import Monitor, intent_agreement
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
 from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
@@ -184,6 +184,9 @@ class LearnRun:
                     for p in m.pushes]  # fmt: skip
         r.training = _training(m.steps, len(m.trained))
         r.judge = m.judge.to_json()
+        intents = {freshness.sample_id(t): t.met for t in turns}
+        scores = {sid: s.score for sid, s in m.scored.items()}
+        r.judge["intent_agreement"] = intent_agreement(intents, scores)
         r.users["learning"] = _users(turns, self.report.phases_s.get("learn", 0.0))
         self._phase("measure")
 

@@ -97,3 +97,18 @@ def test_report_json_and_chart(tmp_path: Path) -> None:
     assert written["eval"]["after"]["rate"] == 0.6
     png = write_chart(report, tmp_path / "learn.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_judge_majority_is_compared_with_what_each_user_meant() -> None:
+    from pipeline.learn.monitor import intent_agreement
+
+    intents = {"a:0": True, "b:0": True, "c:0": False, "d:0": False, "e:0": True}
+    scores = {"a:0": 1.0, "b:0": 0.0, "c:0": -1.0, "d:0": 1.0, "z:0": 1.0}  # e unjudged, z unasked
+    out = intent_agreement(intents, scores)
+    assert out["n"] == 4 and out["accuracy"] == 0.5
+    assert out["labels"] == [-1.0, 0.0, 1.0]
+    # rows: what the user meant (-1, 0, +1), columns: the judge's majority
+    assert out["counts"] == [[1, 0, 1], [0, 0, 0], [0, 1, 1]]
+    # kappa by hand: observed 2/4; expected: p(-1)=2/4 * 1/4 + p(1)=2/4 * 2/4 = 3/8
+    assert out["kappa"] == pytest.approx((0.5 - 0.375) / (1 - 0.375))
+    assert intent_agreement({}, scores) == {"n": 0}

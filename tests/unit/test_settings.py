@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import pipeline.settings as settings_module
+import pipeline.settings_sources as settings_sources
 from pipeline.broker.clients import kafka_python_config
 from pipeline.errors import ConfigError
 from pipeline.settings import load_settings
@@ -271,7 +272,7 @@ def test_an_unknown_argument_is_named_with_the_setting_meant() -> None:
 @pytest.fixture
 def warned(monkeypatch: pytest.MonkeyPatch) -> None:
     """No variable warned about yet in this process, and none of the caller's set."""
-    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setattr(settings_sources, "_warned", set())
     for name in os.environ:
         if name.upper().startswith("TURNSTREAM_"):
             monkeypatch.delenv(name)
