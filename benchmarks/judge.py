@@ -10,7 +10,8 @@ each, majority vote:
   openclaw     OpenClaw-RL's scheme: three separate /generate requests per pair,
                free, 256 new tokens a vote at most (theirs is 4,096 with a 4B judge)
 
-Prints a table (pairs/s, prompt and generated tokens per pair, p50/p99 latency per
+Prints a table (pairs/s, prompt tokens sent, prefilled (the server's work: n votes
+share one prefill) and generated tokens per pair, p50/p99 latency per
 pair, votes without a score, Cohen kappa against the gold labels) and the ratios
 against constrained; writes benchmarks/results/judge.json.
 
@@ -22,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +60,11 @@ class CountingClient(JudgeClient):
 
 
 async def judge_pairs(
-    url: str, scheme: str, pairs: list[tuple[str, str, str]], concurrency: int
+    url: str,
+    scheme: str,
+    pairs: list[tuple[str, str, str]],
+    concurrency: int,
+    prefilled: Callable[[], int],
 ) -> dict[str, Any]:
     config = JudgeConfig(
         backend="sglang",
@@ -68,11 +75,12 @@ async def judge_pairs(
     )
     limit = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
-    scores: list[float] = []
+    scores: list[float] = [0.0] * len(pairs)  # in the pairs' order, whatever ends first
     failed_votes = 0
+    prefilled_before = prefilled()
     async with CountingClient(config) as client:
 
-        async def one(pair: tuple[str, str, str]) -> None:
+        async def one(index: int, pair: tuple[str, str, str]) -> None:
             nonlocal failed_votes
             async with limit:
                 started = time.perf_counter()
@@ -86,11 +94,11 @@ async def judge_pairs(
                     result = await eval_votes(client, *pair, m=3)
                     votes, score = result.votes, result.score
                 latencies.append(time.perf_counter() - started)
-                scores.append(float(score))
+                scores[index] = float(score)
                 failed_votes += sum(v is None for v in votes)
 
         started = time.perf_counter()
-        await asyncio.gather(*(one(p) for p in pairs))
+        await asyncio.gather(*(one(i, p) for i, p in enumerate(pairs)))
         wall = time.perf_counter() - started
         prompt, generated = client.prompt_tokens, client.generated_tokens
     ordered = sorted(latencies)
@@ -99,6 +107,7 @@ async def judge_pairs(
         "wall_s": round(wall, 1),
         "pairs_per_s": round(len(pairs) / wall, 3),
         "prompt_tokens_per_pair": round(prompt / len(pairs), 1),
+        "prefilled_tokens_per_pair": round((prefilled() - prefilled_before) / len(pairs), 1),
         "generated_tokens_per_pair": round(generated / len(pairs), 1),
         "latency_p50_s": round(statistics.median(ordered), 2),
         "latency_p99_s": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
@@ -108,11 +117,13 @@ async def judge_pairs(
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
-    heads = ["scheme", "pairs/s", "prompt tok/pair", "gen tok/pair", "p50 s", "p99 s",
+    heads = ["scheme", "pairs/s", "prompt tok/pair", "prefilled/pair", "gen tok/pair", "p50 s",
+             "p99 s",
              "no-score votes", "kappa"]  # fmt: skip
     lines = [" | ".join(heads), " | ".join("---" for _ in heads)]
     for name, r in rows.items():
         cells = [name, r["pairs_per_s"], r["prompt_tokens_per_pair"],
+                 r["prefilled_tokens_per_pair"],
                  r["generated_tokens_per_pair"], r["latency_p50_s"], r["latency_p99_s"],
                  r["failed_votes"], r["kappa"]]  # fmt: skip
         lines.append(" | ".join(str(c) for c in cells))
@@ -125,7 +136,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="pairs judged at once")
     args = parser.parse_args()
     judge_dir = ensure_judge(log=print)
-    items = load_gold(HELDOUT)[: args.pairs]
+    items = load_gold(HELDOUT)
+    items = random.Random(0).sample(items, min(args.pairs, len(items)))  # every kind of pair
     pairs = [
         (
             response_text(i.input),
@@ -136,16 +148,18 @@ def main() -> None:
         if i.input.next_state is not None
     ]
     labels = [i.label for i in items]
-    state = open_state(
-        ServeSettings(
-            model=str(judge_dir),
-        )
-    )
+    state = open_state(ServeSettings(model=str(judge_dir)))
+
+    def prefill_counter() -> int:
+        return int(state.engine.load()["prefill_tokens"])
+
     rows: dict[str, dict[str, Any]] = {}
     try:
         with serving_in_thread(state) as url:
             for scheme in ("constrained", "free-256", "openclaw"):
-                row = asyncio.run(judge_pairs(url, scheme, pairs, args.concurrency))
+                row = asyncio.run(
+                    judge_pairs(url, scheme, pairs, args.concurrency, prefill_counter)
+                )
                 row["kappa"] = agreement(labels, row.pop("scores")).kappa
                 row["kappa"] = None if row["kappa"] is None else round(row["kappa"], 3)
                 rows[scheme] = row
@@ -157,8 +171,8 @@ def main() -> None:
         name: {
             "pairs_per_s": round(r["pairs_per_s"] / base["pairs_per_s"], 3),
             "tokens_per_pair": round(
-                (r["prompt_tokens_per_pair"] + r["generated_tokens_per_pair"])
-                / (base["prompt_tokens_per_pair"] + base["generated_tokens_per_pair"]),
+                (r["prefilled_tokens_per_pair"] + r["generated_tokens_per_pair"])
+                / (base["prefilled_tokens_per_pair"] + base["generated_tokens_per_pair"]),
                 3,
             ),
         }
@@ -167,7 +181,7 @@ def main() -> None:
     print(table(rows))
     print("ratios against constrained:", json.dumps(ratios))
     RESULTS.mkdir(exist_ok=True)
-    out = {"judge": str(judge_dir), "rows": rows, "ratios": ratios, "concurrency": args.concurrency}
+    out = {"judge": judge_dir.name, "rows": rows, "ratios": ratios, "concurrency": args.concurrency}
     (RESULTS / "judge.json").write_text(json.dumps(out, indent=2) + "\n")
 
 

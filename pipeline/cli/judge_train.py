@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from pipeline.errors import TurnstreamError
+from pipeline.judge_model.options import DEFAULTS, TuneOptions
 
 console = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -26,10 +27,15 @@ def judge_train(
     output: Path = typer.Option(
         Path(".turnstream/judge"), "--output", help="where the trained judge is written"
     ),
-    seed: int = typer.Option(0, "--seed", help="shuffling and initialisation"),
-    top_layers: int = typer.Option(4, "--top-layers", min=1, help="decoder layers trained"),
-    epochs: int = typer.Option(3, "--epochs", min=1, help="passes over the examples"),
-    lr: float = typer.Option(1e-4, "--lr", min=0.0, help="AdamW learning rate"),
+    seed: int = typer.Option(DEFAULTS.seed, "--seed", help="shuffling and initialisation"),
+    top_layers: int = typer.Option(
+        DEFAULTS.top_layers, "--top-layers", min=1, help="decoder layers trained"
+    ),
+    epochs: int = typer.Option(DEFAULTS.epochs, "--epochs", min=1, help="passes over the examples"),
+    lr: float = typer.Option(DEFAULTS.lr, "--lr", min=0.0, help="AdamW learning rate"),
+    batch_size: int = typer.Option(
+        DEFAULTS.batch_size, "--batch-size", min=1, help="examples per step"
+    ),
 ) -> None:
     """Fine-tune the base model into a judge for the project's eval and hint prompts.
 
@@ -41,13 +47,14 @@ def judge_train(
     sglang --judge-url` at the server.
     """
     from pipeline.judge_model.build import train_judge
-    from pipeline.judge_model.tune import TuneOptions
     from pipeline.models import resolve_model
     from pipeline.settings import load_settings
 
     try:
         base_dir = resolve_model(base, load_settings().models, log=console.print)
-        options = TuneOptions(top_layers=top_layers, epochs=epochs, lr=lr, seed=seed)
+        options = TuneOptions(
+            top_layers=top_layers, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed
+        )
         train_judge(gold, heldout, base_dir, output, options, console.print, base_name=base)
     except TurnstreamError as exc:
         console.print(f"[bold red]error:[/] {exc}")

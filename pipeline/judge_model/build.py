@@ -22,11 +22,11 @@ from typing import Any
 
 from pipeline.errors import TurnstreamError
 from pipeline.judge_model.examples import JudgeExample, Kind, build_examples
+from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.progress import Progress
 from pipeline.judge_model.stack import Split, check_transformers
 from pipeline.judge_model.tune import (
     KindData,
-    TuneOptions,
     decisions,
     prefix_lengths,
     prepare,
@@ -170,11 +170,16 @@ def _save(
 
 
 def is_built(directory: Path, data: tuple[Path, Path]) -> bool:
+    """The directory holds the default judge as today's data, prompts and options make it."""
     manifest = read_judge_manifest(directory)
     if manifest is None:
         return False
     want = {p.name: sha256_of(p) for p in data}
-    return bool(manifest.get("data") == want and manifest.get("prompt_version") == PROMPT_VERSION)
+    return bool(
+        manifest.get("data") == want
+        and manifest.get("prompt_version") == PROMPT_VERSION
+        and manifest.get("options") == dataclasses.asdict(TuneOptions())
+    )
 
 
 def ensure_judge(settings: ModelSettings | None = None, log: Log = lambda _l: None) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,11 @@ from pipeline.judge_model.examples import (
     eval_answer,
     shared_prefix,
 )
+from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.progress import Progress
 from pipeline.judge_model.stack import Split, answer_logits, frozen_states
 
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    """How a judge is trained; every field has the default the shipped judge is built with."""
-
-    top_layers: int = field(default=4, metadata={"help": "decoder layers trained (from the top)"})
-    epochs: int = field(default=3, metadata={"help": "passes over the training examples"})
-    batch_size: int = field(default=8, metadata={"help": "examples per optimizer step"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    seed: int = field(default=0, metadata={"help": "shuffling and initialisation"})
 
 
 @dataclass
