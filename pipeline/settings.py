@@ -151,6 +151,9 @@ class ScoringSettings(_EnvThenFile):
     )
     judge_timeout_s: float = Field(300.0, gt=0, description="per request")
     judge_max_attempts: int = Field(4, ge=1, description="per request, with backoff")
+    judge_backoff_max_s: float = Field(
+        8.0, ge=0, description="longest wait between tries of a request (random, from 0.5 s up)"
+    )
     judge_concurrency: int = Field(64, ge=1, description="HTTP requests in flight per worker")
     judge_max_new_tokens: int = Field(
         4096, ge=1, description="the most tokens one vote may generate (hint votes: twice this)"
@@ -295,6 +298,12 @@ class ProxySettings(_EnvThenFile):
         10000, ge=1, description="events waiting for Kafka; beyond it they are spooled to disk"
     )
     send_attempts: int = Field(3, ge=1, description="Kafka deliveries tried before spooling")
+    reconnect_max_s: float = Field(
+        30.0, ge=0, description="longest wait between tries to reach Kafka or resend (from 1 s)"
+    )
+    versions_retry_max_s: float = Field(
+        60.0, ge=0, description="longest wait before following policy.versions again (from 1 s)"
+    )
     policy_version: int | None = Field(
         None, ge=0, description="fixed policy version to stamp (default: follow policy.versions)"
     )

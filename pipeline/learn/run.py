@@ -25,6 +25,7 @@ from pipeline.models.fetch import JUDGE_NAME, resolve_model
 from pipeline.processes import Children, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from pipeline.training.config import TrainerConfig
 from pipeline.training.weights import push_to_servers
 
 # The embedded judge is the trained 135M judge on CPU: its votes are regex-constrained (a
@@ -194,7 +195,8 @@ class LearnRun:
         """The same loop with learning off: the initial weights served again, no trainer,
         ``sessions`` user sessions (their turns are captured and judged as before, and
         nothing trains on them); then the same evaluation."""
-        push_to_servers([self.server.url], self.model, weight_version="0")
+        retry_policy = TrainerConfig().weight_push_retry  # the trainer's, as its pushes had
+        push_to_servers([self.server.url], self.model, retry_policy, weight_version="0")
         users = Users(self._population(f"{self.run_id}-control", self.options.seed + 1))
         try:
             self._follow("control (learning off)", users,

@@ -18,6 +18,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from pipeline.backoff import RetryPolicy, retry
 from pipeline.broker.clients import admin_client, producer
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.proxy.sink import EventSink
@@ -25,6 +26,7 @@ from pipeline.proxy.spool import Record
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
+UNREACHABLE = (BrokerError, KafkaError, OSError)  # Kafka did not answer, or not as needed
 
 
 def bootstrap_addresses(servers: str) -> list[tuple[str, int]]:
@@ -58,6 +60,7 @@ class KafkaLink:
         self.on_up = on_up
         self.connect_timeout_s = connect_timeout_s
         self.report_every_s = report_every_s
+        self.retry_policy = RetryPolicy(None, 1.0, settings.proxy.reconnect_max_s)
         self.addresses = bootstrap_addresses(settings.bootstrap_servers)
         self.state = "connecting"  # connecting | up | unreachable
         self.problem: str | None = None
@@ -99,27 +102,45 @@ class KafkaLink:
     def attempt(self, timeout_s: float | None = None) -> bool:
         """Try once to reach Kafka, send the spool and go live; on failure, divert and say so."""
         try:
-            self._connect(timeout_s or self.connect_timeout_s)
-            drained = self.sink.spool.drain(self.topics, self._send, self._resume)
-        except (BrokerError, KafkaError, OSError) as exc:
+            drained = self._reach(timeout_s or self.connect_timeout_s)
+        except UNREACHABLE as exc:
             self._down(str(exc))
             return False
         self._up(drained)
         return True
 
     def _run(self) -> None:
-        backoff = 1.0
         while not self._stop.is_set():
-            if self.state != "up" and not self.attempt():
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-                continue
-            backoff = 1.0
+            if self.state != "up" and not self._reconnect():
+                return  # stopped while Kafka was away
             self._trouble.wait()
             if self._stop.is_set():
                 return
             self._trouble.clear()
             self._down(self.problem or "a delivery to Kafka failed")
+
+    def _reconnect(self) -> bool:
+        """Try to reach Kafka, waiting longer after each failure: True once live, False when
+        the proxy stops first."""
+        try:
+            drained = retry(
+                lambda _attempt: self._reach(self.connect_timeout_s),
+                self.retry_policy,
+                UNREACHABLE,
+                on_retry=lambda _attempt, exc, _delay: self._down(str(exc)),
+                stop=self._stop.is_set,
+                wait=self._stop.wait,
+            )
+        except UNREACHABLE as exc:
+            self._down(str(exc))
+            return False
+        self._up(drained)
+        return True
+
+    def _reach(self, timeout_s: float) -> int:
+        """Connect and send the spool; how many events it held."""
+        self._connect(timeout_s)
+        return self.sink.spool.drain(self.topics, self._send, self._resume)
 
     def _connect(self, timeout_s: float) -> None:
         self._resolve()

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pipeline.backoff import RetryPolicy
 from pipeline.errors import ConfigError
 from pipeline.proxy import metrics
 from pipeline.proxy.server import ProxyState, build_proxy
@@ -34,7 +35,8 @@ def run_proxy(settings: Settings) -> None:
         raise ConfigError(
             "no upstream policy server: pass --upstream URL or set TURNSTREAM_PROXY_UPSTREAM"
         )
-    sink = EventSink(None, config.buffer, config.send_attempts, config.data_dir / "spool")
+    resend = RetryPolicy(config.send_attempts, 1.0, config.reconnect_max_s)
+    sink = EventSink(None, config.buffer, resend, config.data_dir / "spool")
     versions: Any
     if config.policy_version is not None:
         versions = FixedVersion(config.policy_version)

@@ -2,8 +2,9 @@
 
 A request handler only ever calls :meth:`EventSink.offer`, which returns at
 once. A background thread hands queued events to an idempotent kafka-python
-producer; a failed delivery is retried (``send_attempts`` in all). An event
-that cannot be queued (the buffer is full) or delivered is appended to the
+producer; a failed delivery is retried (``send_attempts`` in all) after the
+retry policy's wait, on a timer, so no thread sleeps. An event that cannot be
+queued (the buffer is full) or delivered is appended to the
 :class:`~pipeline.proxy.spool.Spool`; both are counted, logged and shown on
 ``/healthz``.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from pipeline.backoff import RetryPolicy
 from pipeline.proxy import metrics
 from pipeline.proxy.spool import Spool
 
@@ -45,17 +47,15 @@ class EventSink:
         self,
         producer: Any,
         capacity: int,
-        send_attempts: int,
+        retry_policy: RetryPolicy,
         spool_dir: Path,
-        retry_backoff_s: float = 1.0,
         on_trouble: Callable[[str], None] | None = None,
     ) -> None:
         self._producer = producer  # None: wait for resume() (events queue meanwhile)
         self.capacity = capacity
-        self.send_attempts = send_attempts
+        self.retry_policy = retry_policy  # its max_attempts: deliveries tried before spooling
         self.spool_dir = spool_dir
         self.spool = Spool(spool_dir)
-        self.retry_backoff_s = retry_backoff_s
         self.on_trouble = on_trouble
         self.diverted = False  # changed only under spool.lock
         self._queue: collections.deque[Pending] = collections.deque()
@@ -151,7 +151,7 @@ class EventSink:
     def _failed(self, item: Pending, exc: BaseException) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}"
         retry = (
-            item.attempts < self.send_attempts
+            not self.retry_policy.exhausted(item.attempts)
             and not self._closing
             and isinstance(exc, KafkaError)  # a bad event would fail again: spool it now
         )
@@ -167,10 +167,11 @@ class EventSink:
                 "Kafka delivery to %s failed (attempt %d of %d): %s; retrying",
                 item.topic,
                 item.attempts,
-                self.send_attempts,
+                self.retry_policy.max_attempts,
                 self.last_error,
             )
-            timer = threading.Timer(self.retry_backoff_s * item.attempts, self._resend, (item,))
+            delay = self.retry_policy.delay(item.attempts)
+            timer = threading.Timer(delay, self._resend, (item,))
             timer.daemon = True
             with self._cv:
                 self._held[id(item)] = (item, timer)

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+from pipeline.backoff import RetryPolicy, retry
 from pipeline.broker.clients import consumer_config
 from pipeline.proxy import metrics
 
@@ -22,6 +23,7 @@ class PolicyVersions:
         self.settings = settings
         self.topic = settings.topics.policy_versions.name
         self.current: int | None = None
+        self.retry_policy = RetryPolicy(None, 1.0, settings.proxy.versions_retry_max_s)
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-versions", daemon=True)
@@ -49,16 +51,21 @@ class PolicyVersions:
             log.info("policy version %d is now stamped on new turns", version)
 
     def _run(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                self._follow()
-                return
-            except Exception:  # the proxy keeps serving; the version may lag meanwhile
-                log.exception("following %s failed; retrying in %.0fs", self.topic, backoff)
-                self._caught_up.set()
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
+        try:  # the proxy keeps serving; the version may lag meanwhile
+            retry(
+                lambda _attempt: self._follow(),
+                self.retry_policy,
+                (Exception,),
+                on_retry=self._retrying,
+                stop=self._stop.is_set,
+                wait=self._stop.wait,
+            )
+        except Exception as exc:
+            log.warning("stopped following %s after a failure: %r", self.topic, exc)
+
+    def _retrying(self, _attempt: int, error: BaseException, delay_s: float) -> None:
+        log.error("following %s failed; retrying in %.0fs", self.topic, delay_s, exc_info=error)
+        self._caught_up.set()
 
     def _follow(self) -> None:
         consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))

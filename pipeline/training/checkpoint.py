@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
+from pipeline.backoff import RetryPolicy, retry
 from pipeline.training.retention import prune_checkpoints
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,11 @@ class Checkpoints:
 
 
 def commit_waiting(
-    consumer: KafkaConsumer, topic: str, offsets: dict[int, int], stop: Callable[[], bool]
+    consumer: KafkaConsumer,
+    topic: str,
+    offsets: dict[int, int],
+    stop: Callable[[], bool],
+    retry_policy: RetryPolicy,
 ) -> None:
     """Commit to the group, waiting out a broker that is down or restarting.
 
@@ -113,20 +117,23 @@ def commit_waiting(
     waiting is safe, and so is giving up when asked to stop.
     """
     request = {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
-    delay = 0.5
-    while True:
-        try:  # a short attempt: the broker may be back before kafka-python's 30 s are up
-            consumer.commit(request, timeout_ms=5000)
-            return
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            if stop():
-                log.warning("stopping uncommitted (%r): the checkpoint has them", exc)
-                return
-            log.warning("committing offsets failed (%r); retrying in %.1fs", exc, delay)
-        time.sleep(delay)
-        delay = min(2 * delay, 5.0)
+    try:  # short attempts: the broker may be back before kafka-python's 30 s are up
+        retry(
+            lambda _attempt: consumer.commit(request, timeout_ms=5000),
+            retry_policy,
+            (KafkaError,),
+            when=lambda exc: bool(getattr(exc, "retriable", False)),
+            on_retry=_log_retry,
+            stop=stop,
+        )
+    except KafkaError as exc:
+        if not (exc.retriable and stop()):
+            raise
+        log.warning("stopping uncommitted (%r): the checkpoint has them", exc)
+
+
+def _log_retry(_attempt: int, error: BaseException, delay_s: float) -> None:
+    log.warning("committing offsets failed (%r); retrying in %.1fs", error, delay_s)
 
 
 def append_ledger_log(path: Path, step: int, sample_ids: list[str]) -> None:

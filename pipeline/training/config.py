@@ -12,6 +12,7 @@ import yaml
 from pydantic import ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass
 
+from pipeline.backoff import RetryPolicy
 from pipeline.errors import ConfigError
 
 
@@ -118,6 +119,15 @@ class TrainerConfig:
         2, "pushed vNNNNNN weight versions kept in weights_dir (>= 1); the loaded one always stays"
     )
     policy_urls: list[str] = opt([], "SGLang policy servers to call update_weights_from_disk on")
+    weight_push_attempts: int = opt(4, "tries of one server's weight push before it is given up")
+    weight_push_backoff_max_s: float = opt(
+        8.0, "longest wait between tries of a weight push (0.5 s after the first, doubling)"
+    )
+    broker_retry_max_s: float = opt(
+        5.0,
+        "longest wait between tries while the broker is down (delivering what the trainer "
+        "produced, committing offsets: 0.5 s after the first, doubling; until it answers)",
+    )
     metrics_jsonl: str | None = opt(".turnstream/trainer/metrics.jsonl", "per-step metrics log")
     metrics_host: str = opt("127.0.0.1", "listen address of /metrics (0.0.0.0 for every interface)")
     metrics_port: int = opt(0, "Prometheus /metrics port on metrics_host (0 = off)")
@@ -136,7 +146,7 @@ class TrainerConfig:
                 "weight push with ZeRO-3 is not supported yet (parameters are "
                 "partitioned); use zero_stage <= 2 or update_weights_interval: 0"
             )
-        for name in ("keep_checkpoints", "keep_weight_versions"):
+        for name in ("keep_checkpoints", "keep_weight_versions", "weight_push_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.topk_distill_coef and self.mode == "rl":
@@ -153,6 +163,19 @@ class TrainerConfig:
             raise ValueError(f"train_top_layers must be >= 1, got {self.train_top_layers}")
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
+        for name in ("weight_push_backoff_max_s", "broker_retry_max_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def weight_push_retry(self) -> RetryPolicy:
+        """How each policy server is asked again to load new weights."""
+        return RetryPolicy(self.weight_push_attempts, 0.5, self.weight_push_backoff_max_s)
+
+    @property
+    def broker_retry(self) -> RetryPolicy:
+        """How the trainer waits out a broker outage: no cap on tries, only a stop ends it."""
+        return RetryPolicy(None, 0.5, self.broker_retry_max_s)
 
 
 def config_help() -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 
+from pipeline.backoff import RetryPolicy, retry
 from pipeline.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,9 @@ class Outgoing:
 class Outbox:
     """Records sent since the last delivery check, kept until the broker has them."""
 
-    def __init__(self, flush_wait_s: float = 5.0) -> None:
+    def __init__(self, retry_policy: RetryPolicy, flush_wait_s: float = 5.0) -> None:
         self.records: list[Outgoing] = []
+        self.retry_policy = retry_policy  # how long to wait before sending failed records again
         self.flush_wait_s = flush_wait_s  # how often a wait for the broker looks for a stop
 
     def send(self, out: KafkaProducer, topic: str, value: bytes, key: bytes | None = None) -> None:
@@ -52,7 +53,23 @@ class Outbox:
         records that caused them are read again after the restart). A
         non-retriable failure (a record too large, no access) raises BrokerError.
         """
-        delay = 0.5
+        try:
+            return retry(
+                lambda _attempt: self._until_failure(out, stop),
+                self.retry_policy,
+                (KafkaError,),
+                on_retry=self._log_retry,
+                stop=stop,
+            )
+        except KafkaError:
+            if not stop():
+                raise
+            log.warning("stopping with %d records undelivered", len(self.records))
+            return False
+
+    def _until_failure(self, out: KafkaProducer, stop: Callable[[], bool]) -> bool:
+        """Hand over what the producer does not hold and wait: True once all is delivered,
+        False at a stop; a delivery that failed (retriably) raises its error."""
         while True:
             for record in self.records:
                 if record.future is None:
@@ -66,14 +83,12 @@ class Outbox:
                 log.warning("stopping with %d records undelivered", len(self.records))
                 return False
             if failure is not None:
-                log.warning(
-                    "%d records undelivered (%r); sending again in %.1fs",
-                    len(self.records),
-                    failure,
-                    delay,
-                )
-                time.sleep(delay)
-                delay = min(2 * delay, 5.0)
+                raise failure
+
+    def _log_retry(self, _attempt: int, error: BaseException, delay_s: float) -> None:
+        log.warning(
+            "%d records undelivered (%r); sending again in %.1fs", len(self.records), error, delay_s
+        )
 
     def _settle(self) -> BaseException | None:
         """Drop delivered records, mark retriably failed ones to send again."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from pipeline.backoff import RetryPolicy
 from pipeline.broker.bulk import range_consumer
 from pipeline.broker.clients import consumer_config
 from pipeline.errors import BrokerError
@@ -89,8 +90,10 @@ class LiveSource:
         ends = self.ends
         return ends is not None and all(self.consumer.position(tp) >= ends[tp] for tp in self.tps)
 
-    def commit(self, offsets: dict[int, int], stop: Callable[[], bool]) -> None:
-        commit_waiting(self.consumer, self.topic, offsets, stop)
+    def commit(
+        self, offsets: dict[int, int], stop: Callable[[], bool], retry_policy: RetryPolicy
+    ) -> None:
+        commit_waiting(self.consumer, self.topic, offsets, stop, retry_policy)
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -148,8 +151,10 @@ class RangeSource:
     def at_end(self) -> bool:
         return all(self.position(p) >= end for p, end in self.ends.items())
 
-    def commit(self, offsets: dict[int, int], stop: Callable[[], bool]) -> None:
-        commit_waiting(self.consumer, self.topic, offsets, stop)
+    def commit(
+        self, offsets: dict[int, int], stop: Callable[[], bool], retry_policy: RetryPolicy
+    ) -> None:
+        commit_waiting(self.consumer, self.topic, offsets, stop, retry_policy)
 
     def close(self) -> None:
         if self._reader is not None:

@@ -70,7 +70,9 @@ class Trainer:
             if span is not None
             else LiveSource(settings, group, self.state.positions)
         )
-        self.outbox = Outbox()  # dead letters and policy versions to deliver before a commit
+        self.outbox = Outbox(
+            config.broker_retry
+        )  # dead letters and policy versions to deliver before a commit
         self.intake = Intake(
             config,
             tokenizer,
@@ -206,7 +208,9 @@ class Trainer:
             self.state,
             deliver=lambda: self.outbox.deliver(out, self._stop),
             record=self._record_progress,
-            commit=lambda offsets: self.source.commit(offsets, self._stop),
+            commit=lambda offsets: self.source.commit(
+                offsets, self._stop, self.config.broker_retry
+            ),
             trained=trained,
         )
 
@@ -224,7 +228,7 @@ class Trainer:
         weights_dir = Path(self.config.weights_dir)
         path = save_weights(self.engine.engine.module, self.tokenizer, weights_dir, version)
         try:
-            push_to_servers(list(self.config.policy_urls), path)
+            push_to_servers(list(self.config.policy_urls), path, self.config.weight_push_retry)
         except Exception as exc:  # reported, and tried again at the next interval
             self.intake.skipped["weight_push_failed"] += 1
             log.error("%s", exc)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from pipeline.backoff import RetryPolicy, retry
 from pipeline.errors import TurnstreamError
 
 log = logging.getLogger(__name__)
@@ -45,38 +46,48 @@ def save_weights(model: Any, tokenizer: Any, weights_dir: Path, version: int) ->
 def push_to_servers(
     urls: list[str],
     path: Path,
-    attempts: int = 4,
+    retry_policy: RetryPolicy,
     timeout_s: float = 600.0,
     weight_version: str | None = None,
 ) -> None:
-    """POST /update_weights_from_disk to every policy server, with retries and backoff
+    """POST /update_weights_from_disk to every policy server, each tried again with backoff
     (``weight_version``: SGLang's field naming the version the servers report)."""
     request_body: dict[str, str] = {"model_path": str(path)}
     if weight_version is not None:
         request_body["weight_version"] = weight_version
     body = orjson.dumps(request_body)
     for url in urls:
-        last = ""
-        for attempt in range(1, attempts + 1):
-            request = urllib.request.Request(
-                url.rstrip("/") + "/update_weights_from_disk",
-                data=body,
-                method="POST",
-                headers={"Content-Type": "application/json"},
+        try:
+            retry(
+                partial(_push, url, body, timeout_s),
+                retry_policy,
+                (WeightPushError,),
+                on_retry=_log_retry,
             )
-            try:
-                with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-                    data = orjson.loads(resp.read() or b"{}")
-                if data.get("success", True):
-                    break
-                last = f"{url} refused the weights: {data.get('message', data)}"
-            except urllib.error.HTTPError as exc:
-                last = f"{url} answered {exc.code}: {exc.read()[:200]!r}"
-            except (urllib.error.URLError, OSError, orjson.JSONDecodeError) as exc:
-                last = f"{url}: {exc}"
-            if attempt == attempts:
-                raise WeightPushError(
-                    f"weight push of {path} failed after {attempts} attempts: {last}"
-                )
-            log.warning("weight push attempt %d failed: %s", attempt, last)
-            time.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+        except WeightPushError as exc:
+            raise WeightPushError(
+                f"weight push of {path} failed after {retry_policy.max_attempts} attempts: {exc}"
+            ) from exc
+
+
+def _log_retry(attempt: int, error: BaseException, _delay_s: float) -> None:
+    log.warning("weight push attempt %d failed: %s", attempt, error)
+
+
+def _push(url: str, body: bytes, timeout_s: float, _attempt: int) -> None:
+    """One request to one server; WeightPushError saying why it did not take the weights."""
+    request = urllib.request.Request(
+        url.rstrip("/") + "/update_weights_from_disk",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            data = orjson.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        raise WeightPushError(f"{url} answered {exc.code}: {exc.read()[:200]!r}") from exc
+    except (urllib.error.URLError, OSError, orjson.JSONDecodeError) as exc:
+        raise WeightPushError(f"{url}: {exc}") from exc
+    if not data.get("success", True):
+        raise WeightPushError(f"{url} refused the weights: {data.get('message', data)}")

@@ -19,6 +19,7 @@ import openai
 import pytest
 from kafka import KafkaProducer
 
+from pipeline.backoff import RetryPolicy
 from pipeline.broker.local import free_port_pair
 from pipeline.events import DeadLetter, SessionEnd, Turn, decode_as, decode_input
 from pipeline.proxy.sink import EventSink
@@ -294,7 +295,8 @@ def test_sink_spools_what_it_cannot_buffer_or_deliver(settings: Settings, tmp_pa
 
     admin.apply(settings)
     topic = settings.topics.chat_turns.name
-    sink = EventSink(producer(settings, 1 << 20), 2, 2, tmp_path / "spool", retry_backoff_s=0.1)
+    resend = RetryPolicy(2, initial_delay_s=0.1, max_delay_s=0.1)
+    sink = EventSink(producer(settings, 1 << 20), 2, resend, tmp_path / "spool")
     values = [b'{"n": %d}' % i for i in range(3)]
     assert [sink.offer(topic, b"k", v) for v in values] == [True, True, False]  # not started
     assert (tmp_path / "spool" / f"{topic}.jsonl").read_bytes() == values[2] + b"\n"
@@ -304,9 +306,7 @@ def test_sink_spools_what_it_cannot_buffer_or_deliver(settings: Settings, tmp_pa
     assert [r.value for r in read_all(settings, topic)] == values[:2]
 
     missing = settings.topic_prefix + "no.such.topic"
-    failing = EventSink(
-        producer(settings, 1 << 20, max_block_ms=300), 10, 2, tmp_path / "s2", retry_backoff_s=0.1
-    )
+    failing = EventSink(producer(settings, 1 << 20, max_block_ms=300), 10, resend, tmp_path / "s2")
     failing.start()
     assert failing.offer(missing, None, b'{"lost": false}')
     deadline = time.monotonic() + 30

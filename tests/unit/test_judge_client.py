@@ -9,10 +9,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client import REGISTRY
 
+from pipeline.backoff import RetryPolicy
 from pipeline.errors import TurnstreamError
 from pipeline.scoring.judge.asking import eval_votes, hint_votes
 from pipeline.scoring.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
+from pipeline.scoring.judge.factory import judge_client
+from pipeline.settings import ScoringSettings, Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 
 Start = Callable[..., "AsyncIterator[tuple[JudgeSimulator, str]]"]
@@ -34,13 +38,14 @@ async def sim_factory():  # type: ignore[no-untyped-def]
         await server.close()
 
 
-def config(url: str | list[str], backend: str = "sglang", **kw) -> JudgeConfig:  # type: ignore[no-untyped-def]
+def config(
+    url: str | list[str], backend: str = "sglang", max_attempts: int = 4, **kw
+) -> JudgeConfig:  # type: ignore[no-untyped-def]
     urls = [url] if isinstance(url, str) else url
     return JudgeConfig(
-        backend=backend,
+        backend=backend,  # type: ignore[arg-type]
         urls=urls,
-        backoff_base_s=0.01,  # type: ignore[arg-type]
-        backoff_max_s=0.02,
+        retry=RetryPolicy(max_attempts, initial_delay_s=0.01, max_delay_s=0.02, jitter=True),
         **kw,
     )
 
@@ -77,13 +82,29 @@ async def test_malformed_outputs_are_failed_votes_not_errors(sim_factory) -> Non
     assert result.votes == [None, None, None] and result.score == 0.0
 
 
+def judge_retries() -> float:
+    return REGISTRY.get_sample_value("turnstream_judge_request_retries_total") or 0.0
+
+
 async def test_unreachable_judge_raises_after_bounded_retries(sim_factory) -> None:  # type: ignore[no-untyped-def]
     sim, url = await sim_factory(error_rate=1.0)
+    before = judge_retries()
     async with JudgeClient(config(url, max_attempts=3)) as client:
         with pytest.raises(JudgeUnavailable, match="after 3 attempts: HTTP 503"):
             await eval_votes(client, "a", "user", "b", m=1)
         assert client.retries == 2
     assert sim.stats.calls == 3
+    assert judge_retries() == before + 2  # the dashboard's retries panel
+
+
+def test_the_judge_retries_as_the_settings_say() -> None:
+    scoring = ScoringSettings(
+        judge="sglang", judge_urls=["http://j:1"], judge_max_attempts=6, judge_backoff_max_s=2.5
+    )
+    retry = judge_client(Settings(scoring=scoring)).config.retry
+    assert retry == RetryPolicy(6, initial_delay_s=0.5, max_delay_s=2.5, jitter=True)
+    default = judge_client(Settings(scoring=ScoringSettings(judge="openai", judge_urls=["x"])))
+    assert default.config.retry == JudgeConfig("sglang", ["x"]).retry  # 4 tries, up to 8 s
 
 
 async def test_timeouts_are_retried_then_reported(sim_factory) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ from pipeline.training import retention
 from pipeline.training.config import TrainerConfig
 from pipeline.training.retention import prune_checkpoints, prune_weight_versions
 from pipeline.training.trainer import Trainer
+from pipeline.training.weights import WeightPushError
 
 
 def names(path: Path) -> set[str]:
@@ -128,7 +129,7 @@ def test_the_trainer_keeps_the_newest_checkpoints_and_weight_versions(
     deepspeed.fail = True
     monkeypatch.setattr(
         "pipeline.training.trainer.push_to_servers",
-        lambda urls, path: (_ for _ in ()).throw(OSError("policy server down")),
+        lambda *_args: (_ for _ in ()).throw(WeightPushError("policy server down")),
     )
     with pytest.raises(OSError, match="No space left"):
         step(6)

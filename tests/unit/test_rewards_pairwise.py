@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestServer
 
+from pipeline.backoff import RetryPolicy
 from pipeline.errors import ConfigError
 from pipeline.rewards import AgentOutput, GroupRewardInput, TaskStatus
 from pipeline.rewards.pairwise import PairwiseGroupReward, PairwiseJudge, client_from_settings
@@ -32,9 +33,7 @@ async def judge():  # type: ignore[no-untyped-def]
             JudgeConfig(
                 backend="sglang",
                 urls=[url],
-                max_attempts=2,
-                backoff_base_s=0.01,
-                backoff_max_s=0.02,
+                retry=RetryPolicy(2, initial_delay_s=0.01, max_delay_s=0.02, jitter=True),
             )
         )
         clients.append(client)

@@ -11,10 +11,8 @@ from types import SimpleNamespace
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from kafka.future import Future
-from pytest import MonkeyPatch
 
-import pipeline.training.checkpoint as checkpoint_module
-import pipeline.training.outbox as outbox_module
+from pipeline.backoff import RetryPolicy
 from pipeline.deadletters import DeadLetters
 from pipeline.errors import BrokerError
 from pipeline.events import JudgeIdentity, Response, Sample, encode
@@ -50,7 +48,7 @@ def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
 
 def intake(**kw) -> Intake:  # type: ignore[no-untyped-def]
     config = TrainerConfig(**kw)
-    return Intake(config, None, DeadLetters(Settings().topics), Outbox())
+    return Intake(config, None, DeadLetters(Settings().topics), Outbox(config.broker_retry))
 
 
 def rec(s: Sample, offset: int = 0) -> SimpleNamespace:
@@ -139,14 +137,16 @@ class FlakyConsumer:
         self.committed.append(offsets)
 
 
-def test_a_commit_waits_out_a_broker_restart(monkeypatch: MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoint_module.time, "sleep", lambda _s: None)
+NO_WAIT = RetryPolicy(None, initial_delay_s=0.0, max_delay_s=0.0)  # an outage's tries, at once
+
+
+def test_a_commit_waits_out_a_broker_restart() -> None:
     flaky = FlakyConsumer(failures=3)
-    commit_waiting(flaky, "samples.scored", {0: 7}, stop=lambda: False)  # type: ignore[arg-type]
+    commit_waiting(flaky, "samples.scored", {0: 7}, lambda: False, NO_WAIT)  # type: ignore[arg-type]
     assert [{tp.partition: m.offset for tp, m in c.items()} for c in flaky.committed] == [{0: 7}]
     # a stop during the outage: the checkpoint has the offsets
     down = FlakyConsumer(failures=10**6)
-    commit_waiting(down, "samples.scored", {0: 7}, stop=lambda: True)  # type: ignore[arg-type]
+    commit_waiting(down, "samples.scored", {0: 7}, lambda: True, NO_WAIT)  # type: ignore[arg-type]
     assert down.committed == []
 
 
@@ -220,6 +220,7 @@ def tokenized_trainer(
         rollout_batch_size=2,
         update_weights_interval=0,
         metrics_jsonl=None,
+        broker_retry_max_s=0.0,  # an outage's tries one after another
     )
     t = Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
     t.source.consumer = consumer or FlakyConsumer(failures=0)  # what open() would connect
@@ -266,10 +267,7 @@ def test_skip_counts_survive_a_restart_without_counting_twice(tmp_path: Path) ->
     assert saved["skipped"] == real and restarted.intake.skipped == real
 
 
-def test_dead_letters_are_delivered_after_an_outage_before_the_commit(
-    tmp_path: Path, monkeypatch: MonkeyPatch
-) -> None:
-    monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
+def test_dead_letters_are_delivered_after_an_outage_before_the_commit(tmp_path: Path) -> None:
     garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
     engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
     t = tokenized_trainer(tmp_path, engine, consumer)
@@ -286,10 +284,7 @@ def test_dead_letters_are_delivered_after_an_outage_before_the_commit(
     assert not t.outbox.records
 
 
-def test_a_stop_during_the_outage_leaves_the_dead_letters_to_the_restart(
-    tmp_path: Path, monkeypatch: MonkeyPatch
-) -> None:
-    monkeypatch.setattr(outbox_module.time, "sleep", lambda _s: None)
+def test_a_stop_during_the_outage_leaves_the_dead_letters_to_the_restart(tmp_path: Path) -> None:
     garbage = SimpleNamespace(value=b"{not json", topic="samples.scored", partition=0, offset=0)
     engine, consumer = FakeEngine(), FlakyConsumer(failures=0)
     t = tokenized_trainer(tmp_path, engine, consumer)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,13 +19,18 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from pipeline.backoff import RetryPolicy, retry_async
 from pipeline.errors import TurnstreamError
+from pipeline.scoring import metrics
 from pipeline.scoring.judge.batching import GenerateBatcher
 from pipeline.scoring.judge.prompts import eval_regex, hint_regex
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+# 4 tries, a random wait up to 0.5 s, 1 s, 2 s between (TURNSTREAM_SCORING_JUDGE_MAX_ATTEMPTS
+# and _JUDGE_BACKOFF_MAX_S set the tries and the longest wait)
+JUDGE_RETRY = RetryPolicy(max_attempts=4, initial_delay_s=0.5, max_delay_s=8.0, jitter=True)
 JSON = {"Content-Type": "application/json"}
 
 
@@ -41,9 +45,7 @@ class JudgeConfig:
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 300.0
-    max_attempts: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 8.0
+    retry: RetryPolicy = JUDGE_RETRY
     concurrency: int = 64
     temperature: float = 0.6
     top_p: float = 1.0
@@ -112,38 +114,52 @@ class JudgeClient:
         """POST with retries; calls spread over replicas, and each retry moves to the next one.
         A body of None is a GET."""
         session = self._open()
-        last = ""
         first = next(self._next)
-        for attempt in range(1, self.config.max_attempts + 1):
-            url = self._urls[(first + attempt - 1) % len(self._urls)] + path
-            try:
-                async with self._limit:
-                    self.requests += body is not None  # judge calls, not the model-info query
-                    call = (
-                        session.get(url)
-                        if body is None
-                        else session.post(url, data=orjson.dumps(body), headers=JSON)
-                    )
-                    async with call as resp:
-                        if resp.status == 200:
-                            return orjson.loads(await resp.read())
-                        text = (await resp.text())[:300]
-                        if resp.status not in RETRYABLE_STATUS:
-                            raise TurnstreamError(f"judge {url} answered {resp.status}: {text}")
-                        last = f"HTTP {resp.status} from {url}: {text}"
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                last = f"{type(exc).__name__} talking to {url}: {exc}"
-            except TimeoutError:
-                last = f"no answer from {url} within {self.config.timeout_s:g}s"
-            if attempt < self.config.max_attempts:
-                self.retries += 1
-                cap = min(
-                    self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1)
+
+        def url(attempt: int) -> str:
+            return self._urls[(first + attempt - 1) % len(self._urls)] + path
+
+        try:
+            return await retry_async(
+                lambda attempt: self._post_once(session, url(attempt), body),
+                self.config.retry,
+                (JudgeUnavailable,),
+                on_retry=self._retrying,
+            )
+        except JudgeUnavailable as exc:
+            raise JudgeUnavailable(
+                f"judge unreachable after {self.config.retry.max_attempts} attempts: {exc}"
+            ) from exc
+
+    async def _post_once(
+        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any] | None
+    ) -> Any:
+        """One request; JudgeUnavailable when the failure is transient (tried again)."""
+        try:
+            async with self._limit:
+                self.requests += body is not None  # judge calls, not the model-info query
+                call = (
+                    session.get(url)
+                    if body is None
+                    else session.post(url, data=orjson.dumps(body), headers=JSON)
                 )
-                await asyncio.sleep(random.uniform(0, cap))
-        raise JudgeUnavailable(
-            f"judge unreachable after {self.config.max_attempts} attempts: {last}"
-        )
+                async with call as resp:
+                    if resp.status == 200:
+                        return orjson.loads(await resp.read())
+                    text = (await resp.text())[:300]
+                    if resp.status not in RETRYABLE_STATUS:
+                        raise TurnstreamError(f"judge {url} answered {resp.status}: {text}")
+                    raise JudgeUnavailable(f"HTTP {resp.status} from {url}: {text}")
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise JudgeUnavailable(f"{type(exc).__name__} talking to {url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise JudgeUnavailable(
+                f"no answer from {url} within {self.config.timeout_s:g}s"
+            ) from exc
+
+    def _retrying(self, _attempt: int, _error: BaseException, _delay_s: float) -> None:
+        self.retries += 1
+        metrics.JUDGE_RETRIES.inc()
 
     async def complete(
         self, messages: list[dict[str, Any]], n: int, hint: bool = False

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from pipeline.errors import ConfigError
 from pipeline.events import JudgeIdentity
 from pipeline.scoring.judge.asking import HttpJudge, Judge
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
+from pipeline.scoring.judge.client import JUDGE_RETRY, JudgeClient, JudgeConfig
 from pipeline.scoring.judge.prompts import PROMPT_VERSION
 from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.judge.teacher import PolicyTokenizer, Teacher
@@ -34,13 +35,16 @@ def judge_client(settings: Settings) -> JudgeClient:
     s = settings.scoring
     if s.judge == "rules":
         raise ConfigError("the rules judge has no HTTP client: set --judge sglang or openai")
+    retry = replace(
+        JUDGE_RETRY, max_attempts=s.judge_max_attempts, max_delay_s=s.judge_backoff_max_s
+    )
     config = JudgeConfig(
         backend=s.judge,
         urls=s.judge_urls,
         model=s.judge_model,
         api_key=s.judge_api_key.get_secret_value() if s.judge_api_key else None,
         timeout_s=s.judge_timeout_s,
-        max_attempts=s.judge_max_attempts,
+        retry=retry,
         concurrency=s.judge_concurrency,
         temperature=s.judge_temperature,
         max_new_tokens=s.judge_max_new_tokens,

@@ -1,0 +1,74 @@
+"""The weight push against a real HTTP server: its retries and its final error."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pipeline.backoff import RetryPolicy
+from pipeline.training.weights import WeightPushError, push_to_servers
+
+NO_WAIT = RetryPolicy(3, initial_delay_s=0.0, max_delay_s=0.0)
+
+
+@pytest.fixture
+def policy_server() -> Iterator[tuple[str, list[tuple[int, bytes]], list[dict]]]:
+    """A server answering each POST with the next (status, body) of its script (the last
+    one again when the script is spent); yields its URL, the script and the bodies it got."""
+    script: list[tuple[int, bytes]] = []
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            status, body = script.pop(0) if len(script) > 1 else script[0]
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", script, received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_push_is_tried_again_until_the_server_takes_the_weights(
+    policy_server: tuple[str, list[tuple[int, bytes]], list[dict]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, script, received = policy_server
+    script += [(503, b"loading"), (200, b'{"success": false, "message": "busy"}'), (200, b"{}")]
+    push_to_servers([url], Path("/w/v000001"), NO_WAIT, weight_version="1")
+    assert received == [{"model_path": "/w/v000001", "weight_version": "1"}] * 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"weight push attempt 1 failed: {url} answered 503: b'loading'",
+        f"weight push attempt 2 failed: {url} refused the weights: busy",
+    ]
+
+
+def test_a_push_refused_every_time_fails_after_its_attempts(
+    policy_server: tuple[str, list[tuple[int, bytes]], list[dict]],
+) -> None:
+    url, script, received = policy_server
+    script.append((500, b"out of memory"))
+    with pytest.raises(WeightPushError, match=r"after 3 attempts: .* answered 500"):
+        push_to_servers([url], Path("/w/v000002"), NO_WAIT)
+    assert len(received) == 3
+    with pytest.raises(WeightPushError, match="after 1 attempts"):
+        push_to_servers([url], Path("/w/v000002"), RetryPolicy(1, 0.0, 0.0))
+    assert len(received) == 4
