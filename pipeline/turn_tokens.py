@@ -11,13 +11,23 @@ unless the response was cut at its length limit (``finish_reason`` length).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
+from prometheus_client import Counter
 
 from pipeline.events import ChatMessage, Response
+
+log = logging.getLogger(__name__)
+PLAIN_TEXT = Counter(
+    "turnstream_turn_tokens_plain_text_total",
+    "responses tokenised as plain text, not as the chat template renders them (render_failed: "
+    "the template raised; prompt_mismatch: its rendering did not extend the prompt's)",
+    ["reason"],
+)
 
 
 def chat_dicts(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -96,16 +106,28 @@ def response_token_ids(
     prompt = render(tokenizer, messages, tools, add_generation_prompt=True)
     try:
         full = render(tokenizer, [*messages, assistant_message(response)], tools, False)
-    except Exception:  # a template that cannot render this reply: plain text below
+    except Exception as exc:  # a chat template is the model's code: any error, plain text
         full = ""
+        _plain_text_fallback("render_failed", repr(exc))
     if full.startswith(prompt) and len(full) > len(prompt):
         ids = list(tokenizer.encode(full[len(prompt) :], add_special_tokens=False))
         if eot in ids:
             end = len(ids) - ids[::-1].index(eot)
             return ids[:end] if ended else ids[: end - 1]
     else:
+        if full:
+            _plain_text_fallback("prompt_mismatch", "its rendering does not extend the prompt's")
         ids = list(tokenizer.encode(_plain_text(response), add_special_tokens=False))
     return [*ids, eot] if ended and eot is not None else ids
+
+
+def _plain_text_fallback(reason: str, why: str) -> None:
+    PLAIN_TEXT.labels(reason).inc()
+    log.warning(
+        "the chat template could not render a reply after its prompt (%s); its tokens are the "
+        "plain text's, not the template's: fix the template or send the serving engine's ids",
+        why,
+    )
 
 
 def align_rollout(

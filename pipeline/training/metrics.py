@@ -36,6 +36,12 @@ GAUGES = {
 SKIPPED = Counter(
     "turnstream_trainer_samples_skipped_total", "samples not trained, by reason", ["reason"]
 )
+WEIGHT_PUSH_FAILURES = Counter(
+    "turnstream_trainer_weight_push_failures_total",
+    "weight pushes given up (refused: a server unreachable or refusing after every try; "
+    "error: an unexpected failure, logged with its traceback)",
+    ["kind"],
+)
 TEACHER_MISALIGNED = Counter(
     "turnstream_trainer_teacher_misaligned_total",
     "samples whose teacher log-probs did not cover their response tokens (trained without "

@@ -27,12 +27,17 @@ from pipeline.training.batch import TokenizedSample, micro_batches, step_baselin
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag
 from pipeline.training.config import TrainerConfig
 from pipeline.training.intake import Intake
-from pipeline.training.metrics import MetricsSink
+from pipeline.training.metrics import WEIGHT_PUSH_FAILURES, MetricsSink
 from pipeline.training.outbox import Outbox
 from pipeline.training.retention import prune_weight_versions
 from pipeline.training.signals import Requests
 from pipeline.training.sources import LiveSource, RangeSource
-from pipeline.training.weights import PolicyVersion, push_to_servers, save_weights
+from pipeline.training.weights import (
+    PolicyVersion,
+    WeightPushError,
+    push_to_servers,
+    save_weights,
+)
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +234,13 @@ class Trainer:
         path = save_weights(self.engine.engine.module, self.tokenizer, weights_dir, version)
         try:
             push_to_servers(list(self.config.policy_urls), path, self.config.weight_push_retry)
-        except Exception as exc:  # reported, and tried again at the next interval
-            self.intake.skipped["weight_push_failed"] += 1
-            log.error("%s", exc)
+        except WeightPushError as exc:  # servers down or refusing: tried again next interval
+            WEIGHT_PUSH_FAILURES.labels("refused").inc()
+            log.error("%s; the servers keep the weights they have, pushed again next time", exc)
+            return None
+        except Exception:  # a bug, not an outage: its traceback, and training goes on
+            WEIGHT_PUSH_FAILURES.labels("error").inc()
+            log.exception("weight push of %s failed unexpectedly", path)
             return None
         record = PolicyVersion(version, str(path), step, time.time())
         topic = self.settings.topics.policy_versions.name

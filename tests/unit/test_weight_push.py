@@ -1,4 +1,5 @@
-"""The weight push against a real HTTP server: its retries and its final error."""
+"""The weight push against a real HTTP server: its retries, its final error, and how the
+trainer counts a push that failed (apart from the samples it skipped)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from prometheus_client import REGISTRY
 
 from pipeline.backoff import RetryPolicy
+from pipeline.settings import Settings
+from pipeline.training import trainer as trainer_module
+from pipeline.training.config import TrainerConfig
+from pipeline.training.trainer import Trainer
 from pipeline.training.weights import WeightPushError, push_to_servers
 
 NO_WAIT = RetryPolicy(3, initial_delay_s=0.0, max_delay_s=0.0)
@@ -72,3 +79,45 @@ def test_a_push_refused_every_time_fails_after_its_attempts(
     with pytest.raises(WeightPushError, match="after 1 attempts"):
         push_to_servers([url], Path("/w/v000002"), RetryPolicy(1, 0.0, 0.0))
     assert len(received) == 4
+
+
+def push_failures(kind: str) -> float:
+    labels = {"kind": kind}
+    return REGISTRY.get_sample_value("turnstream_trainer_weight_push_failures_total", labels) or 0.0
+
+
+def trainer(tmp_path: Path) -> Trainer:
+    config = TrainerConfig(
+        checkpoint_dir=str(tmp_path / "ckpt"), weights_dir=str(tmp_path / "w"), metrics_jsonl=None
+    )
+    module = SimpleNamespace(save_pretrained=lambda path, safe_serialization: None)
+    return Trainer(Settings(), config, SimpleNamespace(engine=SimpleNamespace(module=module)), None)
+
+
+def test_a_failed_push_is_counted_apart_from_the_samples_and_a_bug_keeps_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = trainer(tmp_path)
+    refused, errors = push_failures("refused"), push_failures("error")
+
+    def unreachable(*_args: object) -> None:
+        raise WeightPushError("weight push of v1 failed after 4 attempts: connection refused")
+
+    monkeypatch.setattr(trainer_module, "push_to_servers", unreachable)
+    assert t._push_weights(None, 1) is None  # type: ignore[arg-type]
+    assert push_failures("refused") == refused + 1 and push_failures("error") == errors
+    assert not t.intake.skipped  # no sample was skipped
+    (outage,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "connection refused" in outage.getMessage() and outage.exc_info is None
+
+    caplog.clear()
+
+    def bug(*_args: object) -> None:
+        raise TypeError("push_to_servers() got an unexpected keyword argument")
+
+    monkeypatch.setattr(trainer_module, "push_to_servers", bug)
+    assert t._push_weights(None, 2) is None  # type: ignore[arg-type]
+    assert push_failures("error") == errors + 1 and push_failures("refused") == refused + 1
+    assert not t.intake.skipped and t.state.policy_version == 0
+    (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failure.exc_info is not None and failure.exc_info[0] is TypeError
