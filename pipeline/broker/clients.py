@@ -1,7 +1,17 @@
-"""kafka-python clients built from settings (address and security: see ``connection``)."""
+"""kafka-python clients built from settings (address and security: see ``connection``).
+
+Every client gets a connection manager that repairs kafka-python's SASL login
+(:class:`_AuthFailsFastManager`): it overrides the manager's private
+``_connect``, wraps the connection's ``_sasl_authenticate`` and writes the
+manager's ``_auth_failures``, the attributes of kafka-python 3.0. The first
+client built checks that the installed kafka-python is a tested version, so an
+untested one is a clear error rather than a login retried until the bootstrap
+times out. Tested by tests/kafka/test_security.py (a wrong password fails fast).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
@@ -19,6 +29,22 @@ from pipeline.broker.connection import (
 from pipeline.broker.gzip_level import use_gzip_level
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
+from pipeline.versions import require_tested
+
+# _AuthFailsFastManager's kafka-python: its manager's _connect and _auth_failures
+TESTED: dict[str, tuple[str, ...]] = {"kafka-python": ("3.0.",)}
+_checked = False  # set by the first client built (any thread: a second check is harmless)
+
+
+def check_versions(installed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The installed kafka-python's version; ConfigError when it was never tested with the
+    SASL login repair (``installed``: a version to check instead)."""
+    return require_tested(
+        TESTED,
+        "the SASL login repair of kafka-python's connection manager (pipeline/broker/clients.py)",
+        "tests/kafka/test_security.py",
+        installed,
+    )
 
 
 class _AuthFailsFastManager(KafkaConnectionManager):
@@ -68,6 +94,10 @@ class _AuthFailsFastManager(KafkaConnectionManager):
 
 def _net_client(**configs: Any) -> KafkaNetClient:
     """The ``kafka_client`` factory of every kafka-python client we build."""
+    global _checked
+    if not _checked:
+        check_versions()
+        _checked = True
     net = NetworkSelector(**configs)
     return KafkaNetClient(net=net, manager=_AuthFailsFastManager(net, **configs), **configs)
 

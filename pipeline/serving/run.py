@@ -92,7 +92,7 @@ def serving_in_thread(state: ServerState, host: str = "127.0.0.1", port: int = 0
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, host, port)
         loop.run_until_complete(site.start())
-        box["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        box["port"] = runner.addresses[0][1]  # the port bound (port 0: the one chosen)
         box["loop"] = loop
         ready.set()
         loop.run_forever()

@@ -11,7 +11,8 @@ Each module answers one upstream behaviour, names it, and says when it can go:
   they move (Faust drops those acks first), and an idle worker commits past
   records the guard read back (Faust never delivered them, so never acks them);
 - ``drain``: a fetched record reaches its stream without four tasks a record
-  (Faust races each delivery against three events);
+  (Faust races each delivery against three events); it checks the versions it
+  was tested with when imported;
 - ``adapter``: the one module that touches Faust's private attributes; it
   checks the installed versions when imported. It also runs Faust's consumer
   on the app's event loop (Faust runs it in a thread of its own, so every fetch

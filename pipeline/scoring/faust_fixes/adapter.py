@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
@@ -28,17 +29,19 @@ from pipeline.versions import require_tested
 
 TESTED = {
     "faust-streaming": ("0.15.",),
-    "mode-streaming": ("0.7.",),  # drain: wait_first, should_stop; InLoopConsumer: ServiceThread
+    "mode-streaming": ("0.7.",),  # InLoopConsumer: ServiceThread
     "aiokafka": ("0.12.", "0.13.", "0.14."),
 }
 
 
-def check_versions() -> dict[str, str]:
-    """The installed versions; ConfigError when one was never tested with these repairs."""
+def check_versions(installed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The installed versions; ConfigError when one was never tested with this module's
+    uses of Faust's internals (``installed``: versions to check instead)."""
     return require_tested(
         TESTED,
-        "the scoring worker's Faust repairs (pipeline/scoring/faust_fixes)",
+        "the scoring worker's use of Faust's internals (pipeline/scoring/faust_fixes/adapter.py)",
         "tests/kafka/test_faust_fixes.py",
+        installed,
     )
 
 

@@ -15,16 +15,38 @@ crashed, the delivery takes its first step at once. Most deliveries end there
 task raced against the events, exactly as Faust races it. The first step then
 runs in the drain loop's task and the rest in the race's: fine for Faust's
 ``on_message``, which neither enters ``asyncio.timeout`` nor sets context
-variables (tested on Python 3.11 with faust-streaming 0.15).
+variables (tested on Python 3.11 with faust-streaming 0.15). It checks the
+installed versions on import: the repair leans on Faust's consumer's
+``wait_first``, ``suspend_flow`` and ``should_stop`` and on mode's
+``WaitResults``. Tested by tests/unit/test_drain.py over mode's real services
+and tests/kafka/test_faust_fixes.py in a worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Mapping
 from typing import Any
 
 from mode.services import WaitResults
+
+from pipeline.versions import require_tested
+
+TESTED: dict[str, tuple[str, ...]] = {"faust-streaming": ("0.15.",), "mode-streaming": ("0.7.",)}
+
+
+def check_versions(installed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The installed versions; ConfigError when one was never tested with this repair
+    (``installed``: versions to check instead)."""
+    return require_tested(
+        TESTED,
+        "the quick delivery of fetched records (pipeline/scoring/faust_fixes/drain.py)",
+        "tests/unit/test_drain.py and tests/kafka/test_faust_fixes.py",
+        installed,
+    )
+
+
+VERSIONS = check_versions()
 
 
 class _Rest:
