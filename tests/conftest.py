@@ -94,7 +94,7 @@ def smollm2_judge(smollm2: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small local tokenizer with a chat template (nothing can be downloaded)."""
-    from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+    from pipeline.training.tiny_tokenizer import make_tiny_tokenizer
 
     corpus = (REPO / "examples" / "sessions.jsonl").read_text().splitlines()[:60]
     return make_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"), corpus, vocab_size=400)
