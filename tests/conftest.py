@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,29 @@ def cli_env(kafka_bootstrap: str, topic_prefix: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "TURNSTREAM_"))}
     env.update(KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, TURNSTREAM_TOPIC_PREFIX=topic_prefix)
     return env
+
+
+@contextmanager
+def raw_records_undone() -> Iterator[None]:
+    """Inside, :func:`pipeline.broker.raw_records.install` may patch aiokafka; on the way out
+    aiokafka has its own fetcher class again (unless it was installed before)."""
+    from pipeline.broker import raw_records
+
+    if raw_records.installed():
+        yield
+        return
+    try:
+        yield
+    finally:
+        raw_records.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def _raw_records_undone() -> Iterator[None]:
+    """A test that reads raw records (directly or through a range reader) leaves aiokafka
+    as it found it: the patch lasts a process in production, a test in the tests."""
+    with raw_records_undone():
+        yield
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
