@@ -69,6 +69,7 @@ format: setup
 bench: setup kafka-jars model
 	$(BIN)/python benchmarks/produce.py
 	$(BIN)/python benchmarks/votes.py
+	$(BIN)/python benchmarks/overlap.py
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/proxy.py
 	$(BIN)/python benchmarks/replay.py

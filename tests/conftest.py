@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,29 @@ def cli_env(kafka_bootstrap: str, topic_prefix: str) -> dict[str, str]:
     return env
 
 
+@contextmanager
+def raw_records_undone() -> Iterator[None]:
+    """Inside, :func:`pipeline.broker.raw_records.install` may patch aiokafka; on the way out
+    aiokafka has its own fetcher class again (unless it was installed before)."""
+    from pipeline.broker import raw_records
+
+    if raw_records.installed():
+        yield
+        return
+    try:
+        yield
+    finally:
+        raw_records.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def _raw_records_undone() -> Iterator[None]:
+    """A test that reads raw records (directly or through a range reader) leaves aiokafka
+    as it found it: the patch lasts a process in production, a test in the tests."""
+    with raw_records_undone():
+        yield
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/kafka/ is in the `kafka` tier, under tests/model/ in `model`."""
     for item in items:
@@ -94,7 +118,7 @@ def smollm2_judge(smollm2: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small local tokenizer with a chat template (nothing can be downloaded)."""
-    from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+    from pipeline.training.tiny_tokenizer import make_tiny_tokenizer
 
     corpus = (REPO / "examples" / "sessions.jsonl").read_text().splitlines()[:60]
     return make_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"), corpus, vocab_size=400)

@@ -16,7 +16,8 @@ fetcher builds for each fetched partition) with a subclass that differs only
 for such consumers, after checking that the installed aiokafka is a tested
 version. Tested by tests/kafka/test_bulk_reads.py (the records a raw reader
 yields against a plain one's, transactions aborted and committed) and
-tests/unit/test_raw_records.py. Can go when aiokafka yields parsed records
+tests/unit/test_raw_records.py (each test's install undone after it,
+tests/conftest.py). Can go when aiokafka yields parsed records
 without a per-record dataclass (it has no option for it as of 0.14).
 """
 
@@ -35,13 +36,20 @@ def RAW(key: bytes | None) -> bytes | None:
     return key
 
 
-_installed = False
+# aiokafka's own PartitionRecords while ours is in its place (None: not installed). Read and
+# written by install() and uninstall() only, called where a raw consumer is made (an event
+# loop's thread; the tests' fixture between tests): never two at once, so no lock.
+_replaced: type | None = None
+
+
+def installed() -> bool:
+    return _replaced is not None
 
 
 def install() -> None:
     """Make consumers with ``key_deserializer=RAW`` yield parsed records (once a process)."""
-    global _installed
-    if _installed:
+    global _replaced
+    if _replaced is not None:
         return
     require_tested(
         TESTED, "the raw record reader (pipeline/broker/raw_records.py)", "test_bulk_reads.py"
@@ -62,4 +70,16 @@ def install() -> None:
             return super()._consumer_record(tp, record)
 
     fetcher.PartitionRecords = PartitionRecords
-    _installed = True
+    _replaced = base
+
+
+def uninstall() -> None:
+    """Put aiokafka's own PartitionRecords back: the tests undo :func:`install` after each
+    test that made it, so no other test runs with it."""
+    global _replaced
+    if _replaced is None:
+        return
+    from aiokafka.consumer import fetcher
+
+    fetcher.PartitionRecords = _replaced
+    _replaced = None

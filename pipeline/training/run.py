@@ -22,7 +22,7 @@ def load_tokenizer(config: TrainerConfig) -> Any:
 
     path = config.tokenizer_path or config.model_path
     if path is None:
-        from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+        from pipeline.training.tiny_tokenizer import make_tiny_tokenizer
 
         tiny = Path(config.checkpoint_dir).parent / "tokenizer"
         if not (tiny / "tokenizer.json").exists():

@@ -8,6 +8,7 @@ import sys
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.partitioner.default import murmur2
 
 from pipeline.broker.clients import admin_client, consumer_config
 from pipeline.settings import Settings
@@ -34,6 +35,19 @@ def read_all(settings: Settings, topic: str, timeout_s: float = 20.0) -> list:
         return records
     finally:
         consumer.close()
+
+
+def partition_of(settings: Settings, session: str) -> int:
+    """The partition of chat.turns ``session``'s events go to (producers key by session id)."""
+    return (murmur2(session.encode()) & 0x7FFFFFFF) % settings.topics.chat_turns.partitions
+
+
+def session_on(settings: Settings, partition: int, name: str) -> str:
+    """A session id ``name``N whose events go to ``partition`` of chat.turns: a marker that
+    comes after another session's events in that partition's order."""
+    return next(
+        f"{name}{i}" for i in range(1000) if partition_of(settings, f"{name}{i}") == partition
+    )
 
 
 def turnstream(

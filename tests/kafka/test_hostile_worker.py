@@ -35,7 +35,7 @@ from pipeline.events import DeadLetter, RetryRecord, Sample, decode_as, decode_i
 from pipeline.scoring.stages import PairingStage
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.topics import admin
-from pipeline.topics.offsets import end_offsets
+from pipeline.topics.offsets import end_offsets, group_lag
 from tests.kafka.helpers import read_all, spawn, wait_http
 from tests.kafka.test_scoring_e2e import start_worker, stop
 from tests.unit.test_hostile_input import adversarial, hostile
@@ -202,7 +202,10 @@ def run_worker(
             assert time.monotonic() - started < 600, workdir.with_suffix(".log").read_text()[-3000:]
             time.sleep(3)
         elapsed = time.monotonic() - started
-        time.sleep(5)  # anything more (a duplicate) would show now
+        # The end marker: the worker's group has committed every record of its inputs, which
+        # it does only once their outputs are stored, so a duplicate would be stored by now.
+        for topic in (settings.topics.chat_turns.name, settings.topics.turns_paired.name):
+            until_committed(settings, topic, worker, workdir.with_suffix(".log"))
         assert worker.poll() is None, workdir.with_suffix(".log").read_text()[-3000:]
     finally:
         stop([worker])
@@ -210,6 +213,17 @@ def run_worker(
     letters = read(settings, settings.topics.deadletter.name, DeadLetter)
     retries = read(settings, settings.topics.samples_retry.name, RetryRecord)
     return samples, letters, retries, elapsed
+
+
+def until_committed(settings: Settings, topic: str, worker: subprocess.Popen, log: Path) -> None:
+    """Until the scoring group has committed ``topic`` to its end (chat.turns first: its
+    records make those of turns.paired)."""
+    group = settings.topic_prefix + settings.scoring.group_id
+    deadline = time.monotonic() + 120
+    while group_lag(settings, group, [topic]) != 0:
+        assert worker.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"{group} never committed all of {topic}"
+        time.sleep(1)
 
 
 def read(settings: Settings, topic: str, model: Any) -> list[Any]:

@@ -80,6 +80,16 @@ def until(what: str, check: Callable[[], bool], proc: subprocess.Popen, log: Pat
         time.sleep(0.3)
 
 
+def until_stored(settings: Settings, sample_id: str, proc: subprocess.Popen, log: Path) -> None:
+    """Until the pair ``sample_id`` is on turns.paired: the marker before a check that a record
+    was *not* written. The worker sends its pairs and its changelog records through one
+    producer, which delivers in the order it was handed them (one request in flight to the
+    broker), so what it was handed before this pair is stored by then. (A later session's
+    state is no marker: the worker writes session states in arrival order, so every one
+    after the held record waits for it.)"""
+    until(sample_id, lambda: any(p.sample_id == sample_id for p in paired(settings)), proc, log)
+
+
 def start(env: dict[str, str], tmp: Path, name: str, hold: str | None = None) -> subprocess.Popen:
     flags = [*WORKER_FLAGS, "--data-dir", str(tmp / name)]
     if hold is None:
@@ -107,16 +117,11 @@ def test_killed_while_a_pair_is_in_flight_the_pair_is_emitted_after_restart(
     try:
         produce(settings, turn("held", 0, "list the files"), turn("held", 1, "thanks, perfect"))
         until("the held pair", (tmp_path / "held").exists, worker, tmp_path / "faulty.log")
-        # Later records are handled and their pairs stored while the held one is in flight:
-        # whatever the worker wrote to the changelog before them has been flushed too.
+        # The marker: later records are handled and their pair stored while the held one is
+        # in flight. A state of "held" written when its turn was handled went to the
+        # producer before that pair did, and is on the changelog by now (see until_stored).
         produce(settings, turn("later", 0, "build it"), turn("later", 1, "great, thanks"))
-        until(
-            "the later pair",
-            lambda: any(p.sample_id == "later:0" for p in paired(settings)),
-            worker,
-            tmp_path / "faulty.log",
-        )
-        time.sleep(1.0)
+        until_stored(settings, "later:0", worker, tmp_path / "faulty.log")
         # The instant: the pair is not stored, so the state implying it must not be either.
         assert 1 not in pending_on_changelog(settings, "held"), pending_on_changelog(
             settings, "held"
@@ -153,13 +158,10 @@ def test_killed_before_the_session_state_is_stored_the_session_pairs_on_correctl
     try:
         produce(settings, turn("held", 0, "list the files"), turn("held", 1, "thanks, perfect"))
         until("the held state", (tmp_path / "held").exists, worker, tmp_path / "faulty.log")
-        until(
-            "the pair",
-            lambda: any(p.sample_id == "held:0" for p in paired(settings)),
-            worker,
-            tmp_path / "faulty.log",
-        )
-        time.sleep(1.0)
+        until_stored(settings, "held:0", worker, tmp_path / "faulty.log")
+        # the marker: a session handled after the held state, its pair stored
+        produce(settings, turn("marker", 0, "build it"), turn("marker", 1, "great, thanks"))
+        until_stored(settings, "marker:0", worker, tmp_path / "faulty.log")
         assert 1 not in pending_on_changelog(settings, "held")
         kill(worker)
 

@@ -15,12 +15,30 @@ import pytest
 from pipeline.broker.local import LocalKafka, free_port_pair
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings
 from pipeline.topics import admin
-from tests.kafka.helpers import turnstream
+from tests.kafka.helpers import partition_of, session_on, turnstream
 from tests.kafka.test_proxy import MAIN, start_proxy, start_sim, stop, turns_of
 
 
 def health(proxy: str) -> dict:
     return json.loads(urllib.request.urlopen(proxy + "/healthz", timeout=10).read())
+
+
+def until_drained(proxy: str, tmp_path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while (kafka := health(proxy)["kafka"])["spool_pending"] or kafka["drained"] < 4:
+        assert time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def until_seen(settings: Settings, session: str) -> list:
+    """Every event on chat.turns once one of ``session``'s is there."""
+    deadline = time.monotonic() + 60
+    while True:
+        events = turns_of(settings, 0)
+        if any(e.session_id == session for e in events):
+            return events
+        assert time.monotonic() < deadline, f"{session} never reached chat.turns"
+        time.sleep(0.2)
 
 
 def test_a_proxy_started_without_kafka_serves_spools_and_delivers_once_kafka_is_up(
@@ -68,10 +86,19 @@ def test_a_proxy_started_without_kafka_serves_spools_and_delivers_once_kafka_is_
             messages=[{"role": "user", "content": "after"}],
             extra_headers={**MAIN, "X-Session-Id": "down-2"},
         )
-        events = turns_of(settings, 5)
-        time.sleep(2)  # anything sent twice would have arrived by now
-        events = turns_of(settings, 5)
+        # The spool is sent: then a marker turn, on down-1's partition. The proxy sends in
+        # order, so once the marker is on chat.turns, a spooled turn sent twice would be too.
+        until_drained(proxy, tmp_path)
+        marker = session_on(settings, partition_of(settings, "down-1"), "marker")
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "the end"}],
+            extra_headers={**MAIN, "X-Session-Id": marker},
+        )
+        events = until_seen(settings, marker)
         keys = [(e.session_id, e.type, getattr(e, "turn_index", None)) for e in events]
+        assert [k for k in keys if k[0] == marker] == [(marker, "turn", 0)]
+        keys = [k for k in keys if k[0] != marker]
         spooled = [k for k in keys if k[0] == "down-1"]  # one partition: in the order served
         assert spooled == [
             ("down-1", "turn", 0),

@@ -8,7 +8,9 @@ secrets, and everything they write is scanned for them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -46,9 +48,32 @@ class SecureBroker:
     keystore_password: str
     server_log: Path
 
-    def failed_logins(self) -> int:
-        """Logins the broker refused so far (its log says so once per connection)."""
-        return self.server_log.read_text(errors="replace").count("Failed authentication with")
+    def log_end(self) -> int:
+        return self.server_log.stat().st_size
+
+    def refused_logins_since(self, since: int, timeout_s: float = 60.0) -> list[str]:
+        """The logins the broker refused after byte ``since`` of its log (it says so once per
+        connection), up to an end marker: a TLS handshake this makes fail now, which the
+        broker logs after every connection refused before it."""
+        host, port = self.bootstrap.rsplit(":", 1)
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as sock,
+            contextlib.suppress(OSError),
+        ):
+            sock.sendall(b"not a TLS record\r\n" * 4)
+            while sock.recv(4096):  # until the broker closes it
+                pass
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.server_log.open("rb") as log:
+                log.seek(since)
+                lines = log.read().decode(errors="replace").splitlines()
+            refused = [line for line in lines if "Failed authentication with" in line]
+            for i, line in enumerate(refused):
+                if "SSL handshake failed" in line:
+                    return refused[:i]
+            assert time.monotonic() < deadline, "the broker did not log the end marker"
+            time.sleep(0.2)
 
 
 def make_certificates(out: Path, keystore_password: str) -> tuple[Path, Path]:
@@ -225,12 +250,11 @@ def test_a_wrong_password_fails_fast_with_a_clear_error(
     env["TURNSTREAM_SCORING_DATA_DIR"] = str(tmp_path / "worker")
     if command[0] == "train":
         command = [*command, "--config", str(write_config(tmp_path, None))]
-    before = secure_broker.failed_logins()
+    since = secure_broker.log_end()
     started = time.monotonic()
     done = turnstream(*command, env=env, timeout=90)
     elapsed = time.monotonic() - started
-    time.sleep(1)  # the broker logs a refused login as it closes the connection
-    refused = secure_broker.failed_logins() - before
+    refused = len(secure_broker.refused_logins_since(since))
     print(f"wrong password, {command[0]}: exit {done.returncode} after {elapsed:.1f}s, "
           f"{refused} refused login(s) in the broker log")  # fmt: skip
     error = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.deadletters import Out
 from pipeline.scoring.faust_fixes.acks import DeliveryFailed, InOrderAcks
+from tests.loop import settle
 
 
 class Producer:
@@ -57,13 +58,13 @@ async def test_acks_wait_for_delivery_and_keep_arrival_order() -> None:
     await acks.add([out("a")], then("a"))
     await acks.add([out("b")], then("b"))
     await acks.add([], then("c"))  # nothing to deliver: still after b
-    await asyncio.sleep(0.01)
+    await settle()
     assert producer.sent == ["a", "b"]  # both sent at once: a send never waits for a delivery
     producer.store("b")  # the later one is stored first
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == []  # a's output is not stored yet: nothing may be acknowledged
     producer.store("a")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == ["ack a", "ack b", "ack c"]
     assert acks.pending == 0
     runner.cancel()
@@ -81,16 +82,16 @@ async def test_outputs_made_later_are_sent_at_once_and_acknowledged_in_arrival_o
     await acks.add(slow, recorder(acked)("slow"))
     await acks.add(fast, recorder(acked)("fast"))
     fast.set_result([out("fast")])
-    await asyncio.sleep(0.01)
+    await settle()
     assert producer.sent == ["fast"]
     producer.store("fast")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == []  # the slow one before it is not even made
     slow.set_result([out("slow")])
-    await asyncio.sleep(0.01)
+    await settle()
     assert producer.sent == ["fast", "slow"] and acked == []
     producer.store("slow")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == ["ack slow", "ack fast"]
     runner.cancel()
 
@@ -103,10 +104,10 @@ async def test_at_most_limit_inputs_wait_unacknowledged() -> None:
     await acks.add([out("a")], then("a"))
     await acks.add([out("b")], then("b"))
     third = asyncio.ensure_future(acks.add([out("c")], then("c")))
-    await asyncio.sleep(0.01)
+    await settle()
     assert not third.done() and acks.pending == 2  # backpressure: the agent stops reading
     producer.store("a")
-    await asyncio.sleep(0.01)
+    await settle()
     assert third.done() and acks.pending == 2
     runner.cancel()
 
@@ -120,17 +121,17 @@ async def test_a_burst_holds_one_slot_per_record_and_is_acknowledged_once() -> N
     await acks.add([out("a1"), out("a2")], then("a1+a2+a3"), records=3)
     assert acks.pending == 3
     second = asyncio.ensure_future(acks.add([out("b1"), out("b2")], then("b1+b2"), records=2))
-    await asyncio.sleep(0.01)
+    await settle()
     assert not second.done(), "3 + 2 records in a window of 4: the second burst waits"
     producer.store("a1")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == [] and not second.done(), "one of the burst's outputs is not stored yet"
     producer.store("a2")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == ["ack a1+a2+a3"] and second.done() and acks.pending == 2
     producer.store("b1")
     producer.store("b2")
-    await asyncio.sleep(0.01)
+    await settle()
     assert acked == ["ack a1+a2+a3", "ack b1+b2"] and acks.pending == 0
     runner.cancel()
 
@@ -143,17 +144,17 @@ async def test_a_burst_larger_than_the_window_waits_for_all_of_it() -> None:
     then = recorder(acked)
     await acks.add([out("a")], then("a"))
     big = asyncio.ensure_future(acks.add([out("b")], then("b: 5 records"), records=5))
-    await asyncio.sleep(0.01)
+    await settle()
     assert not big.done()
     producer.store("a")
-    await asyncio.sleep(0.01)
+    await settle()
     assert big.done() and acks.pending == 5, "the whole window, then the burst goes in"
     nxt = asyncio.ensure_future(acks.add([out("c")], then("c")))
-    await asyncio.sleep(0.01)
+    await settle()
     assert not nxt.done()
     producer.store("b")
     producer.store("c")
-    await asyncio.sleep(0.01)
+    await settle()
     assert nxt.done() and acked == ["ack a", "ack b: 5 records", "ack c"] and acks.pending == 0
     runner.cancel()
 
@@ -210,17 +211,17 @@ async def test_the_durable_step_starts_only_once_outputs_are_stored_and_gates_th
     await acks.add([out("pair a")], then("a"), durable("a", state_a))
     await acks.add([out("pair b")], then("b"), durable("b", state_b))
     producer.store("pair b")
-    await asyncio.sleep(0.01)
+    await settle()
     assert events == []  # a's pair is not stored: no state may be written, not even b's
     producer.store("pair a")
-    await asyncio.sleep(0.01)
+    await settle()
     assert events == ["write a", "write b"]  # in arrival order, acks still held
     assert acks.pending == 2
     state_b.set_result("stored")
-    await asyncio.sleep(0.01)
+    await settle()
     assert events == ["write a", "write b"]  # b's state is stored, a's is not: no ack yet
     state_a.set_result("stored")
-    await asyncio.sleep(0.01)
+    await settle()
     assert events == ["write a", "write b", "ack a", "ack b"]
     assert acks.pending == 0
     runner.cancel()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pipeline.scoring.context import bursts
+from tests.loop import settle
 
 
 class Stream:
@@ -75,12 +76,12 @@ async def test_events_read_ahead_count_as_held_until_the_agent_is_done_with_them
         stream.feed.put_nowait(i)
     got = bursts(stream, 4, count)  # type: ignore[arg-type]
     first = await asyncio.wait_for(got.__anext__(), timeout=2)
-    await asyncio.sleep(0.01)  # the reader fills the inbox behind the burst
+    await settle()  # the reader fills the inbox behind the burst
     assert first == [0, 1, 2, 3] and held == 6  # the burst, and the two read behind it
     second = await asyncio.wait_for(got.__anext__(), timeout=2)
     assert second == [4, 5] and held == 2  # the first burst was handed on
     stream.feed.put_nowait(6)
-    await asyncio.sleep(0.01)
+    await settle()
     assert held == 3
     await got.aclose()  # the agent stops: nothing it read is held any more
     assert held == 0

@@ -145,15 +145,30 @@ async def test_a_worker_whose_fetcher_crashed_exits_with_the_reason(
     async def exit_now(_app: Any, _handled: Any, why: str) -> None:
         exits.append(why)
 
+    looked: list[bool] = []  # what each of the watcher's looks found: crashed or not
+    stop_if_crashed = upkeep.stop_if_crashed
+
+    def looking(w: Any) -> bool:
+        looked.append(stop_if_crashed(w))
+        return looked[-1]
+
+    async def until(check: Any) -> None:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not check():
+            assert asyncio.get_running_loop().time() < deadline, f"looks: {looked}"
+            await asyncio.sleep(0.01)
+
     monkeypatch.setattr(upkeep, "exit_now", exit_now)
+    monkeypatch.setattr(upkeep, "stop_if_crashed", looking)
     app = faust.App("crash-watch", broker="kafka://127.0.0.1:1", datadir=str(tmp_path))
     w: Any = SimpleNamespace(app=app, handled=Handled(), stopping=[])
     upkeep.watch_for_crash(w, 0.01)
-    await asyncio.sleep(0.05)
+    await until(lambda: len(looked) >= 3)  # the marker: it has looked, and looked again
     assert not exits and not w.stopping  # nothing crashed: it keeps watching
+    assert looked == [False] * len(looked)
     await app._fetcher.crash(KeyError("TopicPartition(topic='t', partition=7)"))
     assert app.crashed  # the fetcher's crash takes the app with it
-    await asyncio.sleep(0.05)
+    await until(lambda: True in looked)  # a later look sees the crash
     await asyncio.gather(*w.stopping)
     assert len(w.stopping) == 1 and len(exits) == 1
     assert "Faust crashed (KeyError(" in exits[0]

@@ -15,7 +15,7 @@ from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.tune import decision_tokens
 from pipeline.rewards.agreement import load_gold
 from pipeline.scoring.votes import parse_hint, parse_score
-from pipeline.testing.tiny_tokenizer import make_tiny_tokenizer
+from pipeline.training.tiny_tokenizer import make_tiny_tokenizer
 from tests.servers import tiny_llama_config
 
 PAIRS = [

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -88,22 +89,41 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
     from pipeline.learn.users import Population, Sampling
     from pipeline.testing.policy_sim import PolicySimConfig, PolicySimulator
 
+    class Watched(Population):
+        """Notes each user (its task) that the limit held back, for the end marker."""
+
+        held_back: set[asyncio.Task[Any] | None]
+
+        @property
+        def paused(self) -> bool:
+            paused = Population.paused.fget(self)  # type: ignore[attr-defined]
+            if paused:
+                self.held_back.add(asyncio.current_task())
+            return paused
+
+    async def every_user_held_back() -> None:
+        """The end marker: each of the five users has come to the limit again since now and
+        been held there, so none is in a session it might have slipped past the limit."""
+        population.held_back.clear()
+        await wait_for(lambda: len(population.held_back) == 5)
+
     server = TestServer(PolicySimulator(PolicySimConfig(latency_ms=50)).app(), host="127.0.0.1")
     await server.start_server()
     prompts = [Prompt("p0", "train", "Say hi."), Prompt("p1", "train", "Name a colour.")]
-    population = Population(
+    population = Watched(
         str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
     )
+    population.held_back = set()
     population.allowed = 3
     runner = asyncio.ensure_future(population.run())
     try:
         await wait_for(lambda: len(population.turns) >= 3)
-        await asyncio.sleep(0.5)  # five users, each free to go on if the limit let it
+        await every_user_held_back()
         assert (population.started, len(population.turns)) == (3, 3)
         assert population.paused
         population.allowed = 5
         await wait_for(lambda: len(population.turns) >= 5)
-        await asyncio.sleep(0.5)
+        await every_user_held_back()
         assert (population.started, len(population.turns)) == (5, 5)
     finally:
         population.stopping = True

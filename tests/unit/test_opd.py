@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -195,22 +194,20 @@ async def test_combine_has_eval_votes_hint_and_teacher(tiny_tokenizer: Path) -> 
 
 
 async def test_combine_asks_eval_and_hint_votes_at_the_same_time() -> None:
-    latency_s = 1.0  # long beside any scheduling delay of a loaded machine
-    sim = JudgeSimulator(SimConfig(agreement=1.0, vote_dist={1: 1.0}, latency_ms=latency_s * 1000))
+    # each call lasts long beside any scheduling delay of a loaded machine: calls asked
+    # together are in flight together (benchmarks/overlap.py times it)
+    sim = JudgeSimulator(SimConfig(agreement=1.0, vote_dist={1: 1.0}, latency_ms=1000))
     server = TestServer(sim.app(), host="127.0.0.1")
     await server.start_server()
     url = str(server.make_url("")).rstrip("/")
     try:
         async with JudgeClient(JudgeConfig(backend="sglang", urls=[url])) as client:
             judge = HttpJudge(client, judge_identity("sglang", "sim", [url]), m=3)
-            started = time.monotonic()
             sample = await score_pair(paired(), judge, "combine")
-            elapsed = time.monotonic() - started
     finally:
         await server.close()
     assert sample.judge_calls == 4 and sample.hint is not None
-    assert latency_s <= elapsed < 1.5 * latency_s  # one after the other would take 2 L
-    assert sim.stats.max_in_flight == 4
+    assert sim.stats.max_in_flight == 4  # 3 eval votes and the hint vote at once
 
 
 IDENTITY = JudgeIdentity(backend="sglang", prompt_version="v1")

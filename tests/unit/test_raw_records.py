@@ -10,6 +10,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from pipeline.broker import raw_records
 from pipeline.errors import ConfigError
+from tests.conftest import raw_records_undone
 
 TP = TopicPartition("t", 3)
 
@@ -45,7 +46,28 @@ def test_a_raw_consumer_gets_the_parsed_records_and_others_consumer_records() ->
 
 
 def test_an_untested_aiokafka_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raw_records, "_installed", False)
+    monkeypatch.setattr(raw_records, "_replaced", None)
     monkeypatch.setitem(raw_records.TESTED, "aiokafka", ("0.99.",))
     with pytest.raises(ConfigError, match=r"aiokafka 0\.\d+\.\d+ is installed.*raw record"):
         raw_records.install()
+
+
+def test_after_a_test_aiokafka_has_its_own_fetcher_class_again() -> None:
+    own = fetcher.PartitionRecords
+    assert own.__module__ == "aiokafka.consumer.fetcher"  # no earlier test left ours in place
+    with raw_records_undone():  # what the tests' autouse fixture does around each test
+        raw_records.install()
+        assert fetcher.PartitionRecords is not own and raw_records.installed()
+        assert not any(isinstance(r, ConsumerRecord) for r in fetched_partition(raw_records.RAW))
+    assert fetcher.PartitionRecords is own and not raw_records.installed()
+    assert all(isinstance(r, ConsumerRecord) for r in fetched_partition(raw_records.RAW))
+    raw_records.install()  # installs again, afresh (the fixture undoes it after this test)
+    assert not any(isinstance(r, ConsumerRecord) for r in fetched_partition(raw_records.RAW))
+
+
+def test_what_was_installed_before_is_left_installed() -> None:
+    raw_records.install()
+    ours = fetcher.PartitionRecords
+    with raw_records_undone():
+        raw_records.install()
+    assert fetcher.PartitionRecords is ours and raw_records.installed()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -216,16 +215,18 @@ async def test_a_failed_sub_reward_fails_the_processor_without_aggregating() -> 
 
 
 async def test_sync_aggregate_and_sub_rewards_run_concurrently() -> None:
+    both_running = asyncio.Barrier(2)  # passed only once a and b are in flight together
+
     @reward_func
     class Slow:
         @sub_reward_func("a")
         async def a(self, input: RewardInput) -> RewardOutput:
-            await asyncio.sleep(0.2)
+            await both_running.wait()
             return RewardOutput.success(1.0)
 
         @sub_reward_func("b")
         async def b(self, input: RewardInput) -> RewardOutput:
-            await asyncio.sleep(0.2)
+            await both_running.wait()
             return RewardOutput.success(3.0)
 
         @aggregate_func
@@ -233,9 +234,9 @@ async def test_sync_aggregate_and_sub_rewards_run_concurrently() -> None:
             scores = self.get_scores(sub_rewards)
             return RewardOutput.success(sum(scores.values()) / len(scores))
 
-    started = time.monotonic()
-    out = await run_processor(Slow(), RewardInput())
-    assert out.score == 2.0 and time.monotonic() - started < 0.35
+    # one after the other, a would wait for b for ever: the timeout only ends such a run
+    out = await asyncio.wait_for(run_processor(Slow(), RewardInput()), timeout=30)
+    assert out.score == 2.0
     assert Slow.__reward_name__ == "Slow"  # type: ignore[attr-defined]
 
 

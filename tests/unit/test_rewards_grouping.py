@@ -346,23 +346,33 @@ def scored(index: int | None, scores: list[float] | None, score: float = 1.0) ->
 
 
 @pytest.mark.parametrize(
-    ("method", "want"),
+    ("method", "scores", "want"),
     [
-        ("none", [1.0, 0.0, 1.0, 1.0]),
-        ("mean", [0.25, -0.75, 0.25, 0.25]),
-        ("leave_one_out", [1 / 3, -1.0, 1 / 3, 1 / 3]),
-        ("mean_std", [0.5, -1.5, 0.5, 0.5]),
+        ("none", [1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0]),
+        ("mean", [1.0, 0.0, 1.0, 1.0], [0.25, -0.75, 0.25, 0.25]),
+        ("leave_one_out", [1.0, 0.0, 1.0, 1.0], [1 / 3, -1.0, 1 / 3, 1 / 3]),
+        ("mean_std", [1.0, 0.0, 1.0, 1.0], [0.5, -1.5, 0.5, 0.5]),
+        # mean 1; centred 2, 0, -1, -1; the others' means 1/3, 1, 4/3, 4/3;
+        # std over N - 1 = sqrt((4 + 0 + 1 + 1) / 3) = sqrt(2)
+        ("none", [3.0, 1.0, 0.0, 0.0], [3.0, 1.0, 0.0, 0.0]),
+        ("mean", [3.0, 1.0, 0.0, 0.0], [2.0, 0.0, -1.0, -1.0]),
+        ("leave_one_out", [3.0, 1.0, 0.0, 0.0], [8 / 3, 0.0, -4 / 3, -4 / 3]),
+        (
+            "mean_std",
+            [3.0, 1.0, 0.0, 0.0],
+            [math.sqrt(2), 0.0, -1 / math.sqrt(2), -1 / math.sqrt(2)],
+        ),
     ],
 )
 def test_the_trainer_takes_each_samples_advantage_within_its_group(
-    method: str, want: list[float]
+    method: str, scores: list[float], want: list[float]
 ) -> None:
-    scores = [1.0, 0.0, 1.0, 1.0]
     got = [sample_reward(scored(i, scores, score=s), method) for i, s in enumerate(scores)]
     assert got == pytest.approx(want, abs=1e-5)
-    # the same numbers as the reward SDK's group_advantages, and never a max-normalisation
+    # the reward SDK's group_advantages gives the same hand-worked numbers (never a
+    # max-normalisation)
     if method != "none":
-        assert got == pytest.approx(group_advantages(scores, method), abs=1e-9)  # type: ignore[arg-type]
+        assert group_advantages(scores, method) == pytest.approx(want, abs=1e-5)  # type: ignore[arg-type]
 
 
 def test_ungrouped_samples_keep_their_score_and_tokenized_samples_carry_the_advantage() -> None:

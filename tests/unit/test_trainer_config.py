@@ -100,3 +100,15 @@ def test_loss_options_are_checked(tmp_path: Path, yaml_text: str, message: str) 
     path.write_text(yaml_text)
     with pytest.raises(ConfigError, match=message):
         load_trainer_config(path)
+
+
+def test_a_config_without_a_model_trains_with_a_tiny_tokenizer_made_once(tmp_path: Path) -> None:
+    from pipeline.training.run import load_tokenizer
+
+    config = TrainerConfig(checkpoint_dir=str(tmp_path / "run" / "checkpoints"))
+    tokenizer = load_tokenizer(config)
+    made = tmp_path / "run" / "tokenizer" / "tokenizer.json"
+    assert made.exists() and tokenizer.eos_token == "<|im_end|>"
+    written = made.stat().st_mtime_ns
+    assert len(load_tokenizer(config)) == len(tokenizer)  # the next start loads it again
+    assert made.stat().st_mtime_ns == written

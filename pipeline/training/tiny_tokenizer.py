@@ -1,8 +1,9 @@
 """A tiny byte-level BPE tokenizer with a ChatML template, built locally.
 
-No tokenizer can be downloaded here, so tests, the demo and CPU training use
-this one: trained in a second on the shipped example sessions, saved as a
-normal Hugging Face tokenizer directory, and loaded by path like a real one.
+The trainer's tokenizer when its config names no model (CPU training, the
+recorded demo); the tests build theirs with it too, since nothing can be
+downloaded there. Trained in a second on the shipped example sessions, saved
+as a normal Hugging Face tokenizer directory, and loaded by path like a real one.
 """
 
 from __future__ import annotations
