@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -17,6 +18,23 @@ from pipeline.settings import load_settings
 console = Console(soft_wrap=True)
 DEFAULTS = LearnOptions()
 BASELINES = ("none", "mean", "mean_std", "leave_one_out")
+BASELINE_HELP = (
+    "reward baseline of each trainer step: none (the raw score), mean, mean_std or "
+    "leave_one_out (each sample's score relative to the rest of its step)"
+)
+MAX_AHEAD_HELP = (
+    "sessions users may start ahead of the trainer (their samples neither trained "
+    "nor excluded yet); more wait for its next push (default: the batch size; at least "
+    "that; 0: no limit)"
+)
+JUDGE_HELP = (
+    "rules (default), embedded (the trained judge smollm2-135m-judge, served here) "
+    "or a judge base URL"
+)
+JUDGE_MAX_TOKENS_HELP = (
+    "tokens one judge vote may generate (default: 256 for the embedded judge, "
+    "the scoring worker's 4096 for a URL)"
+)
 
 
 def learn(
@@ -25,11 +43,7 @@ def learn(
     steps: int = typer.Option(DEFAULTS.steps, help="trainer steps (one weight push each)"),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="samples per trainer step"),
     lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
-    baseline: str = typer.Option(
-        DEFAULTS.baseline,
-        help="reward baseline of each trainer step: none (the raw score), mean, mean_std or "
-        "leave_one_out (each sample's score relative to the rest of its step)",
-    ),
+    baseline: str = typer.Option(DEFAULTS.baseline, help=BASELINE_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
         DEFAULTS.max_words, help="the users' preference: at most N words"
@@ -46,23 +60,9 @@ def learn(
         DEFAULTS.train_top_layers, help="train the top N decoder layers (0: every parameter)"
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
-    max_ahead: int = typer.Option(
-        None,
-        help="sessions users may start ahead of the trainer (their samples neither trained "
-        "nor excluded yet); more wait for its next push (default: the batch size; at least "
-        "that; 0: no limit)",
-        show_default=False,
-    ),
-    judge: str = typer.Option(
-        None,
-        help="rules (default), embedded (the trained judge smollm2-135m-judge, served here) "
-        "or a judge base URL",
-    ),
-    judge_max_tokens: int = typer.Option(
-        None,
-        help="tokens one judge vote may generate (default: 256 for the embedded judge, "
-        "the scoring worker's 4096 for a URL)",
-    ),
+    max_ahead: int = typer.Option(None, help=MAX_AHEAD_HELP, show_default=False),
+    judge: str = typer.Option(None, help=JUDGE_HELP),
+    judge_max_tokens: int = typer.Option(None, help=JUDGE_MAX_TOKENS_HELP),
     prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
     workdir: Path = typer.Option(
         DEFAULTS.workdir, help="logs, state, learn.json and learn.png (a fresh trainer each run)"
@@ -79,23 +79,46 @@ def learn(
     off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
     everything it started.
     """
-    if baseline not in BASELINES:
-        raise typer.BadParameter(
-            f"{baseline!r}: choose one of {', '.join(BASELINES)}", param_hint="--baseline"
-        )
-    options = LearnOptions(
+    options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         baseline=baseline,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
-        control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
-        train_top_layers=train_top_layers or None,
-        max_ahead=batch_size if max_ahead is None else (max_ahead or None),
+        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
+        train_top_layers=train_top_layers, max_ahead=max_ahead,
         judge=judge, judge_max_tokens=judge_max_tokens,
         prompts=prompts,
-        workdir=workdir, seed=seed, timeout_s=timeout,
+        workdir=workdir, seed=seed, timeout=timeout,
     )  # fmt: skip
     run_and_report(options, "run")
+
+
+def learn_options(
+    *,
+    baseline: str,
+    batch_size: int,
+    control_sessions: int,
+    train_top_layers: int,
+    max_ahead: int | None,
+    timeout: float,
+    **flags: Any,
+) -> LearnOptions:
+    """`turnstream learn`'s flags as LearnOptions: 0 means none for --control-sessions,
+    --train-top-layers and --max-ahead, whose default is the batch size; the other flags
+    are the options of the same names."""
+    if baseline not in BASELINES:
+        raise typer.BadParameter(
+            f"{baseline!r}: choose one of {', '.join(BASELINES)}", param_hint="--baseline"
+        )
+    return LearnOptions(
+        baseline=baseline,
+        batch_size=batch_size,
+        control_sessions=control_sessions or None,
+        train_top_layers=train_top_layers or None,
+        max_ahead=batch_size if max_ahead is None else (max_ahead or None),
+        timeout_s=timeout,
+        **flags,
+    )
 
 
 def run_and_report(options: LearnOptions, what: str) -> None:

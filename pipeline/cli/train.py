@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from pipeline.broker.clients import check_access
 from pipeline.errors import ConfigError
-from pipeline.settings import load_settings
-from pipeline.training.config import config_help, load_trainer_config
+from pipeline.settings import Settings, load_settings
+from pipeline.training.config import TrainerConfig, config_help, load_trainer_config
+
+if TYPE_CHECKING:
+    from pipeline.replay.ranges import TopicRange
 
 
 def train(
@@ -57,19 +61,8 @@ def train(
     check_access(settings)  # before the model loads: a wrong password fails in seconds
     span = None
     if from_topic is not None:
-        from pipeline.cli.replay import physical
-        from pipeline.replay.copy import replay_id_for
-        from pipeline.replay.ranges import RangeRequest
-
-        request = RangeRequest(since, until, start_offsets, end_offsets)
-        span = request.resolve(settings, physical(settings, from_topic))
-        if options.group_id == "turnstream-trainer":  # the live trainer's: use one of our own
-            range_id = replay_id_for(span.topic, "train", spans=span.describe())
-            options = replace(options, group_id=f"{options.group_id}.offline.{range_id}")
-        typer.echo(
-            f"offline training on {span.total} record(s) of {span.topic} {span.describe()} "
-            f"(group {options.group_id})",
-            err=True,
+        span, options = offline_range(
+            settings, options, from_topic, since, until, start_offsets, end_offsets
         )
     elif any(v is not None for v in (since, until, start_offsets, end_offsets)):
         raise ConfigError("--since/--until/--start-offsets/--end-offsets need --from-topic")
@@ -78,3 +71,31 @@ def train(
         f"trained {state.step} step(s); policy version {state.policy_version}; "
         f"skipped {state.skipped}"
     )
+
+
+def offline_range(
+    settings: Settings,
+    options: TrainerConfig,
+    from_topic: str,
+    since: str | None,
+    until: str | None,
+    start_offsets: str | None,
+    end_offsets: str | None,
+) -> tuple[TopicRange, TrainerConfig]:
+    """The range of ``from_topic`` an offline run trains on, and the options to train it with:
+    the live trainer's consumer group gives way to one of the range's own."""
+    from pipeline.cli.replay import physical
+    from pipeline.replay.copy import replay_id_for
+    from pipeline.replay.ranges import RangeRequest
+
+    request = RangeRequest(since, until, start_offsets, end_offsets)
+    span = request.resolve(settings, physical(settings, from_topic))
+    if options.group_id == "turnstream-trainer":  # the live trainer's: use one of our own
+        range_id = replay_id_for(span.topic, "train", spans=span.describe())
+        options = replace(options, group_id=f"{options.group_id}.offline.{range_id}")
+    typer.echo(
+        f"offline training on {span.total} record(s) of {span.topic} {span.describe()} "
+        f"(group {options.group_id})",
+        err=True,
+    )
+    return span, options

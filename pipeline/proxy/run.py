@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -15,6 +15,10 @@ from pipeline.proxy.server import ProxyState, build_proxy
 from pipeline.proxy.sessions import SessionCounters
 from pipeline.proxy.sink import EventSink
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.proxy.link import KafkaLink
+    from pipeline.proxy.versions import PolicyVersions
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +41,7 @@ def run_proxy(settings: Settings) -> None:
         )
     resend = RetryPolicy(config.send_attempts, 1.0, config.reconnect_max_s)
     sink = EventSink(None, config.buffer, resend, config.data_dir / "spool")
-    versions: Any
-    if config.policy_version is not None:
-        versions = FixedVersion(config.policy_version)
-        metrics.POLICY_VERSION.set(config.policy_version)
-    else:
-        versions = PolicyVersions(settings)
+    versions = _policy_versions(settings)
     follow = versions.start if isinstance(versions, PolicyVersions) else None
     link = KafkaLink(settings, sink, [topics.chat_turns.name, topics.deadletter.name], follow)
     counters = SessionCounters(config.data_dir / "sessions.sqlite")
@@ -76,19 +75,36 @@ def run_proxy(settings: Settings) -> None:
             versions.stop()
         stats = sink.close()
         counters.close()
-        log.info(
-            "proxy stopped: %d turn(s) recorded, %d event(s) delivered, %d spooled "
-            "(%d sent from the spool)",
-            state.turns,
-            stats["delivered"],
-            stats["spooled"],
-            link.drained,
+        _log_stopped(state, stats, sink, link)
+
+
+def _policy_versions(settings: Settings) -> FixedVersion | PolicyVersions:
+    """The version the proxy stamps on turns: the one configured, or policy.versions followed."""
+    from pipeline.proxy.versions import PolicyVersions
+
+    version = settings.proxy.policy_version
+    if version is None:
+        return PolicyVersions(settings)
+    metrics.POLICY_VERSION.set(version)
+    return FixedVersion(version)
+
+
+def _log_stopped(
+    state: ProxyState, stats: dict[str, Any], sink: EventSink, link: KafkaLink
+) -> None:
+    log.info(
+        "proxy stopped: %d turn(s) recorded, %d event(s) delivered, %d spooled "
+        "(%d sent from the spool)",
+        state.turns,
+        stats["delivered"],
+        stats["spooled"],
+        link.drained,
+    )
+    waiting = sink.spool.pending(link.topics)
+    if waiting:
+        log.warning(
+            "%d event(s) wait in the spool %s: they are sent when the proxy next reaches "
+            "Kafka (or send them with `turnstream produce <file>`)",
+            waiting,
+            sink.spool_dir,
         )
-        waiting = sink.spool.pending(link.topics)
-        if waiting:
-            log.warning(
-                "%d event(s) wait in the spool %s: they are sent when the proxy next reaches "
-                "Kafka (or send them with `turnstream produce <file>`)",
-                waiting,
-                sink.spool_dir,
-            )

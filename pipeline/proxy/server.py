@@ -155,6 +155,43 @@ async def models(request: web.Request) -> web.StreamResponse:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
+    parsed = await _read_chat_request(state, request)
+    if isinstance(parsed, web.Response):
+        return parsed
+    body, meta = parsed
+    _warn_once(state, meta)
+    forward = upstream_body(body, state.config.logprobs, state.config.token_ids)
+    stream = bool(body.get("stream"))
+    assert state.http is not None
+    started = time.perf_counter()
+    try:
+        async with state.http.post(
+            state.upstream + "/v1/chat/completions",
+            data=orjson.dumps(forward),
+            headers=_upstream_headers(state, request),
+        ) as up:
+            if up.status != 200:  # passed through as it is; nothing to record
+                payload = await up.read()
+                metrics.REQUESTS.labels(f"upstream_{up.status}", str(stream).lower()).inc()
+                return web.Response(
+                    status=up.status, body=payload, headers=_passthrough_headers(up)
+                )
+            response, captured = await _relay(request, up, stream)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        metrics.REQUESTS.labels("upstream_unreachable", str(stream).lower()).inc()
+        return openai_error(
+            502, f"upstream {state.upstream} failed: {type(exc).__name__}: {exc}", "upstream_error"
+        )
+    metrics.UPSTREAM_LATENCY.observe(time.perf_counter() - started)
+    metrics.REQUESTS.labels("200", str(stream).lower()).inc()
+    _capture(state, meta, body, captured)
+    return response
+
+
+async def _read_chat_request(
+    state: ProxyState, request: web.Request
+) -> tuple[dict[str, Any], RequestMeta] | web.Response:
+    """The request's body and what its headers say about the turn, or the error to answer."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -175,47 +212,37 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except BadRequest as exc:
         metrics.REQUESTS.labels("400", "-").inc()
         return openai_error(400, str(exc))
-    _warn_once(state, meta)
-    forward = upstream_body(body, state.config.logprobs, state.config.token_ids)
-    stream = bool(body.get("stream"))
-    assert state.http is not None
-    started = time.perf_counter()
-    try:
-        async with state.http.post(
-            state.upstream + "/v1/chat/completions",
-            data=orjson.dumps(forward),
-            headers=_upstream_headers(state, request),
-        ) as up:
-            if up.status != 200:  # passed through as it is; nothing to record
-                payload = await up.read()
-                metrics.REQUESTS.labels(f"upstream_{up.status}", str(stream).lower()).inc()
-                return web.Response(
-                    status=up.status, body=payload, headers=_passthrough_headers(up)
-                )
-            if stream and up.content_type == "text/event-stream":
-                response, captured = await _relay_stream(request, up)
-            else:
-                payload = await up.read()
-                response = web.Response(status=200, body=payload, headers=_passthrough_headers(up))
-                captured = _parse_completion(payload)
-            if captured is not None:
-                captured.weight_version = up.headers.get(WEIGHT_VERSION_HEADER)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        metrics.REQUESTS.labels("upstream_unreachable", str(stream).lower()).inc()
-        return openai_error(
-            502, f"upstream {state.upstream} failed: {type(exc).__name__}: {exc}", "upstream_error"
-        )
-    metrics.UPSTREAM_LATENCY.observe(time.perf_counter() - started)
-    metrics.REQUESTS.labels("200", str(stream).lower()).inc()
+    return body, meta
+
+
+async def _relay(
+    request: web.Request, up: aiohttp.ClientResponse, stream: bool
+) -> tuple[web.StreamResponse, Captured | None]:
+    """The upstream's 200 answer passed on (streamed as it arrives when it streams), and the
+    completion rebuilt from it, stamped with the weight version the upstream served."""
+    if stream and up.content_type == "text/event-stream":
+        response, captured = await _relay_stream(request, up)
+    else:
+        payload = await up.read()
+        response = web.Response(status=200, body=payload, headers=_passthrough_headers(up))
+        captured = _parse_completion(payload)
+    if captured is not None:
+        captured.weight_version = up.headers.get(WEIGHT_VERSION_HEADER)
+    return response, captured
+
+
+def _capture(
+    state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured: Captured | None
+) -> None:
+    """Record the served turn, or count why not; the user is served either way."""
     if captured is None:
         _not_recorded(state, "not_captured")
-    else:
-        try:
-            _record(state, meta, body, captured)
-        except Exception:  # e.g. the counters' disk: the user is served regardless
-            log.exception("recording a turn of session %s failed", meta.session_id)
-            _not_recorded(state, "record_error")
-    return response
+        return
+    try:
+        _record(state, meta, body, captured)
+    except Exception:  # e.g. the counters' disk: the user is served regardless
+        log.exception("recording a turn of session %s failed", meta.session_id)
+        _not_recorded(state, "record_error")
 
 
 def _parse_completion(payload: bytes) -> Captured | None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiokafka import TopicPartition
@@ -32,6 +32,12 @@ from pipeline.errors import ConfigError, TurnstreamError
 from pipeline.replay.ranges import TopicRange
 from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.broker.bulk import BatchSender
+    from pipeline.deadletters import Out
+    from pipeline.scoring.judge.asking import Judge
+    from pipeline.scoring.stages import JudgeStage
 
 POLL_RECORDS = 500  # judged together: a group's members within them are scored at once
 
@@ -97,23 +103,11 @@ async def _rescore(
     group: str,
     progress: Callable[[RescoreReport], None] | None,
 ) -> RescoreReport:
-    from pipeline.scoring.judge.factory import build_judge, load_rewards
-    from pipeline.scoring.stages import JudgeStage
-
     topics = settings.topics
     if output in {spec.name for spec in topics}:
         raise ConfigError(f"--output-topic {output} is a live pipeline topic; name another one")
     ensure_output_topic(settings, output)
-    judge, teacher = build_judge(settings)
-    plan = load_rewards(settings)  # `rewards:` in the judge YAML: score with those instead
-    stage = JudgeStage(
-        topics,
-        judge,
-        settings.scoring.mode,
-        teacher,
-        rewards=plan.processor if plan else None,
-        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
-    )
+    stage, judge, plan = _judge_stage(settings)
     report = RescoreReport(total=span.total)
     started = time.monotonic()
     try:
@@ -134,26 +128,8 @@ async def _rescore(
             async for fetched in read_range(consumer, todo, max_records=POLL_RECORDS):
                 records = [r for rs in fetched.values() for r in rs]
                 results = await asyncio.gather(*(judged(r) for r in records))
-                commit: dict[TopicPartition, int | None] = {}
-                failure: Any = None
-                for rec, outs in zip(records, results, strict=True):
-                    tp = TopicPartition(rec.topic, rec.partition)
-                    if tp in commit and commit[tp] is None:
-                        continue  # an earlier record of this partition could not be judged
-                    if any(o.topic == stage.retry_topic for o in outs):
-                        commit[tp] = None
-                        failure = failure or rec
-                        continue
-                    for o in outs:
-                        topic = output if o.topic == stage.scored_topic else o.topic
-                        await out.add_keyed(topic, o.key, o.value)
-                        if o.topic == stage.scored_topic:
-                            report.scored += 1
-                        else:
-                            report.dead_lettered += 1
-                    commit[tp] = rec.offset + 1
+                offsets, failure = await _send_judged(stage, out, output, records, results, report)
                 await out.flush()
-                offsets = {tp: o for tp, o in commit.items() if o}
                 if offsets:
                     await consumer.commit(offsets)
                 report.seconds = time.monotonic() - started
@@ -166,13 +142,70 @@ async def _rescore(
                         "progress committed; run the same command again to resume"
                     )
     finally:
-        client = getattr(judge, "client", None)
-        if client is not None:
-            await client.close()
-        if plan is not None:
-            await plan.close()
+        await _close_judge(judge, plan)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _judge_stage(settings: Settings) -> tuple[JudgeStage, Judge, Any]:
+    """The live workers' judge stage with the judge (or the reward processors) of ``settings``;
+    also the judge and the rewards plan, which hold clients to close."""
+    from pipeline.scoring.judge.factory import build_judge, load_rewards
+    from pipeline.scoring.stages import JudgeStage
+
+    judge, teacher = build_judge(settings)
+    plan = load_rewards(settings)  # `rewards:` in the judge YAML: score with those instead
+    stage = JudgeStage(
+        settings.topics,
+        judge,
+        settings.scoring.mode,
+        teacher,
+        rewards=plan.processor if plan else None,
+        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
+    )
+    return stage, judge, plan
+
+
+async def _send_judged(
+    stage: JudgeStage,
+    out: BatchSender,
+    output: str,
+    records: list[Any],
+    results: list[list[Out]],
+    report: RescoreReport,
+) -> tuple[dict[TopicPartition, int], Any]:
+    """Send one poll's outputs (samples to ``output``, dead letters to theirs) and count them.
+
+    Returns the offsets to commit and the first record the judge could not be reached for:
+    a partition's records from that one on are neither sent nor committed.
+    """
+    commit: dict[TopicPartition, int | None] = {}
+    failure: Any = None
+    for rec, outs in zip(records, results, strict=True):
+        tp = TopicPartition(rec.topic, rec.partition)
+        if tp in commit and commit[tp] is None:
+            continue  # an earlier record of this partition could not be judged
+        if any(o.topic == stage.retry_topic for o in outs):
+            commit[tp] = None
+            failure = failure or rec
+            continue
+        for o in outs:
+            topic = output if o.topic == stage.scored_topic else o.topic
+            await out.add_keyed(topic, o.key, o.value)
+            if o.topic == stage.scored_topic:
+                report.scored += 1
+            else:
+                report.dead_lettered += 1
+        commit[tp] = rec.offset + 1
+    return {tp: o for tp, o in commit.items() if o}, failure
+
+
+async def _close_judge(judge: Judge, plan: Any) -> None:
+    client = getattr(judge, "client", None)
+    if client is not None:
+        await client.close()
+    if plan is not None:
+        await plan.close()
 
 
 async def _resume(consumer: Any, span: TopicRange, report: RescoreReport) -> TopicRange:

@@ -243,49 +243,14 @@ class PolicySimulator:
             return b"data: " + orjson.dumps(data) + b"\n\n"
 
         delay = self.config.token_delay_ms / 1000
-        if "tool" in answer:
-            head = {
-                "role": "assistant",
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_sim_0",
-                        "type": "function",
-                        "function": {"name": answer["tool"], "arguments": ""},
-                    }
-                ],
-            }
-            await response.write(chunk(head, None, None))
-            for i, piece in enumerate(pieces):
-                args = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
-                await response.write(chunk(args, i, None))
-                if delay:
-                    await asyncio.sleep(delay)
-            finish = "tool_calls"
-        else:
-            for i, piece in enumerate(pieces):
-                delta: dict[str, Any] = {"content": piece}
-                if i == 0:
-                    delta["role"] = "assistant"
-                await response.write(chunk(delta, i, None))
-                if delay:
-                    await asyncio.sleep(delay)
-            finish = answer.get("finish", "stop")
+        deltas, finish = _stream_deltas(answer)
+        for delta, i in deltas:
+            await response.write(chunk(delta, i, None))
+            if delay and i is not None:
+                await asyncio.sleep(delay)
         await response.write(chunk({}, None, finish))
         if (body.get("stream_options") or {}).get("include_usage"):
-            prompt = len(self._prompt_ids(body))
-            usage = {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": MODEL,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": len(pieces),
-                    "total_tokens": prompt + len(pieces),
-                },
-            }
+            usage = _usage_chunk(ident, created, len(self._prompt_ids(body)), len(pieces))
             await response.write(b"data: " + orjson.dumps(usage) + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
@@ -306,6 +271,52 @@ class PolicySimulator:
         app.router.add_get("/sim/requests", self.sim_requests)
         app.router.add_get("/health", self.health)
         return app
+
+
+def _stream_deltas(answer: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], int | None]], str]:
+    """The deltas that stream ``answer``, each with the index of the token it carries (None: a
+    tool call's head, which carries none), and the finish reason of its last chunk."""
+    pieces = answer["pieces"]
+    if "tool" in answer:
+        head = {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_sim_0",
+                    "type": "function",
+                    "function": {"name": answer["tool"], "arguments": ""},
+                }
+            ],
+        }
+        arguments: list[tuple[dict[str, Any], int | None]] = [
+            ({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, i)
+            for i, piece in enumerate(pieces)
+        ]
+        return [(head, None), *arguments], "tool_calls"
+    deltas: list[tuple[dict[str, Any], int | None]] = []
+    for i, piece in enumerate(pieces):
+        delta: dict[str, Any] = {"content": piece}
+        if i == 0:
+            delta["role"] = "assistant"
+        deltas.append((delta, i))
+    return deltas, answer.get("finish", "stop")
+
+
+def _usage_chunk(ident: str, created: int, prompt: int, completion: int) -> dict[str, Any]:
+    """The last chunk of a stream asked for with ``stream_options.include_usage``."""
+    return {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": MODEL,
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
