@@ -96,7 +96,8 @@ async def _rescore(
     group: str,
     progress: Callable[[RescoreReport], None] | None,
 ) -> RescoreReport:
-    from pipeline.scoring.judge.factory import build_judge, load_rewards
+    from pipeline.judge.factory import build_judge
+    from pipeline.scoring.build import load_rewards
     from pipeline.scoring.stages import JudgeStage
 
     topics = settings.topics

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.events import JudgeIdentity, Paired, Sample
+from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards import metrics
 from pipeline.rewards.group import score_group
 from pipeline.rewards.protocols import GroupRewardProcessor
 from pipeline.rewards.types import RewardOutput, reward_input_from_paired
-from pipeline.scoring.judge.client import JudgeUnavailable
 from pipeline.scoring.samples import build_sample
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 from pipeline.events import JudgeIdentity, Paired, Sample
+from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards.protocols import RewardProcessor, run_processor
 from pipeline.rewards.types import reward_input_from_paired
-from pipeline.scoring.judge.client import JudgeUnavailable
 from pipeline.scoring.samples import build_sample
 
 

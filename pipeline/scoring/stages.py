@@ -18,14 +18,15 @@ from typing import Any
 from pipeline.deadletters import DeadLetters, Out
 from pipeline.errors import EventDecodeError
 from pipeline.events import Paired, RetryRecord, Sample, decode_as, decode_input, encode
+from pipeline.judge.asking import Judge
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.teacher import Teacher
 from pipeline.rewards.quality import LengthBias
 from pipeline.scoring import metrics
-from pipeline.scoring.judge.asking import Judge, score_pair
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.teacher import Teacher
 from pipeline.scoring.mask import Mode
 from pipeline.scoring.pairing import SessionState, pair_step
 from pipeline.scoring.rewarding import score_with_processor
+from pipeline.scoring.scorers import score_pair
 from pipeline.topics import Topics
 
 log = logging.getLogger(__name__)

@@ -22,14 +22,15 @@ import faust
 from faust.types import StreamT
 
 from pipeline.deadletters import Out
+from pipeline.judge.asking import Judge
+from pipeline.judge.factory import build_judge
+from pipeline.judge.teacher import Teacher
 from pipeline.scoring import metrics, upkeep
+from pipeline.scoring.build import load_rewards
 from pipeline.scoring.context import RawSchema, Worker, faust_app, kafka_sender
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
 from pipeline.scoring.faust_fixes.sessions import SessionTable
-from pipeline.scoring.judge.asking import Judge
-from pipeline.scoring.judge.factory import build_judge, load_rewards
-from pipeline.scoring.judge.teacher import Teacher
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
 

@@ -8,8 +8,8 @@ import orjson
 
 from pipeline.deadletters import Out
 from pipeline.events import DeadLetter, Paired, Sample, decode_as, encode
+from pipeline.judge.rules import RulesJudge
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
-from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.metrics import REDELIVERED
 from pipeline.scoring.worker import build_app
 from pipeline.settings import KafkaSettings, Settings

@@ -23,6 +23,8 @@ from pipeline.events import (
     decode_input,
     encode,
 )
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.rules import RulesJudge
 from pipeline.rewards import (
     GroupReward,
     GroupRewardInput,
@@ -35,10 +37,8 @@ from pipeline.rewards import (
     load_plan,
     load_weighted,
 )
+from pipeline.scoring.build import load_rewards
 from pipeline.scoring.groups import GroupScorer
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.factory import load_rewards
-from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.retry import RetryReport, _route
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings

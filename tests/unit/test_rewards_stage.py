@@ -22,10 +22,10 @@ from pipeline.events import (
     decode_as,
     encode,
 )
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.rules import RulesJudge
 from pipeline.rewards import HybridReward, RewardInput, RewardOutput
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.factory import load_rewards
-from pipeline.scoring.judge.rules import RulesJudge
+from pipeline.scoring.build import load_rewards
 from pipeline.scoring.retry import RetryReport, _route
 from pipeline.scoring.rewarding import judge_calls_of, score_with_processor
 from pipeline.scoring.stages import JudgeStage
