@@ -30,6 +30,7 @@ from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.broker.clients import admin_client
 from pipeline.broker.ranges import TopicRange, read_range
 from pipeline.errors import ConfigError, TurnstreamError
+from pipeline.scoring.build import build_stage
 from pipeline.settings import Settings
 
 POLL_RECORDS = 500  # judged together: a group's members within them are scored at once
@@ -96,24 +97,11 @@ async def _rescore(
     group: str,
     progress: Callable[[RescoreReport], None] | None,
 ) -> RescoreReport:
-    from pipeline.judge.factory import build_judge
-    from pipeline.scoring.build import load_rewards
-    from pipeline.scoring.stages import JudgeStage
-
     topics = settings.topics
     if output in {spec.name for spec in topics}:
         raise ConfigError(f"--output-topic {output} is a live pipeline topic; name another one")
     ensure_output_topic(settings, output)
-    judge, teacher = build_judge(settings)
-    plan = load_rewards(settings)  # `rewards:` in the judge YAML: score with those instead
-    stage = JudgeStage(
-        topics,
-        judge,
-        settings.scoring.mode,
-        teacher,
-        rewards=plan.processor if plan else None,
-        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
-    )
+    stage = build_stage(settings)  # `rewards:` in the judge YAML: score with those instead
     report = RescoreReport(total=span.total)
     started = time.monotonic()
     try:
@@ -166,11 +154,7 @@ async def _rescore(
                         "progress committed; run the same command again to resume"
                     )
     finally:
-        client = getattr(judge, "client", None)
-        if client is not None:
-            await client.close()
-        if plan is not None:
-            await plan.close()
+        await stage.close()
     report.seconds = time.monotonic() - started
     return report
 
