@@ -61,6 +61,7 @@ lint: setup
 	$(BIN)/ruff format --check pipeline tests benchmarks examples
 	$(BIN)/ruff check pipeline tests benchmarks examples
 	$(BIN)/mypy pipeline
+	$(BIN)/lint-imports  # the import direction between layers: pyproject.toml [tool.importlinter]
 
 format: setup
 	$(BIN)/ruff format pipeline tests benchmarks examples
