@@ -82,4 +82,4 @@ bench: setup kafka-jars model
 	$(BIN)/turnstream learn
 
 clean:
-	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
