@@ -61,6 +61,7 @@ lint: setup
 	$(BIN)/ruff format --check pipeline tests benchmarks examples
 	$(BIN)/ruff check pipeline tests benchmarks examples
 	$(BIN)/mypy pipeline
+	$(BIN)/lint-imports  # the import direction between layers: pyproject.toml [tool.importlinter]
 
 format: setup
 	$(BIN)/ruff format pipeline tests benchmarks examples
@@ -81,4 +82,4 @@ bench: setup kafka-jars model
 	$(BIN)/turnstream learn
 
 clean:
-	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

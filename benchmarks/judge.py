@@ -30,13 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeline.judge.asking import eval_votes
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.prompts import render_content
+from pipeline.judge.votes import majority_vote
 from pipeline.judge_model.build import ensure_judge
 from pipeline.rewards.agreement import agreement, load_gold
 from pipeline.rewards.types import response_text
-from pipeline.scoring.judge.asking import eval_votes
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.prompts import render_content
-from pipeline.scoring.votes import majority_vote
 from pipeline.serving.run import open_state, serving_in_thread
 from pipeline.settings import ServeSettings
 

@@ -28,6 +28,9 @@ from aiohttp.test_utils import TestServer
 from common import write_result
 
 from pipeline.events import Paired, Turn, decode_input
+from pipeline.judge.asking import HttpJudge
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.factory import judge_identity
 from pipeline.processes import stop_processes
 from pipeline.rewards import (
     RewardInput,
@@ -37,9 +40,7 @@ from pipeline.rewards import (
     run_processor,
     sub_reward_func,
 )
-from pipeline.scoring.judge.asking import HttpJudge, score_pair
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.factory import judge_identity
+from pipeline.scoring.scorers import score_pair
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 
 STOP_TIMEOUT_S = 3.0

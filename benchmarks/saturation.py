@@ -44,9 +44,9 @@ from workload import generate, judged_pairs
 
 from pipeline.broker.local import free_port_pair
 from pipeline.events import decode_input
-from pipeline.scoring.judge.asking import score_pair
-from pipeline.scoring.judge.factory import build_judge
+from pipeline.judge.factory import build_judge
 from pipeline.scoring.pairing import pair_step
+from pipeline.scoring.scorers import score_pair
 from pipeline.settings import Settings
 from pipeline.topics import admin
 from pipeline.topics.offsets import end_offsets

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestServer
 
-from pipeline.scoring.judge.asking import eval_votes
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.votes import majority_vote
+from pipeline.judge.asking import eval_votes
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.votes import majority_vote
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 from pipeline.testing.scripted_judge import ScriptedJudgeClient
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import TurnstreamError
+from pipeline.judge.prompts import PROMPT_VERSION
 from pipeline.judge_model.examples import JudgeExample, Kind, build_examples
 from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.progress import Progress
@@ -34,7 +35,6 @@ from pipeline.judge_model.tune import (
 )
 from pipeline.models.fetch import JUDGE_MANIFEST, JUDGE_NAME, read_judge_manifest
 from pipeline.rewards.agreement import AgreementReport, agreement, load_gold, render
-from pipeline.scoring.judge.prompts import PROMPT_VERSION
 from pipeline.settings import ModelSettings, shipped_file
 
 DEFAULT_JUDGE = JUDGE_NAME

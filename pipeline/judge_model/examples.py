@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.errors import TurnstreamError
+from pipeline.judge.prompts import eval_messages, hint_messages, render_content
 from pipeline.rewards.agreement import GoldItem
 from pipeline.rewards.types import response_text
-from pipeline.scoring.judge.prompts import eval_messages, hint_messages, render_content
 
 Kind = Literal["eval", "hint"]
 

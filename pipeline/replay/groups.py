@@ -8,8 +8,9 @@ from typing import Any
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from pipeline.broker.clients import admin_client, consumer_config
+from pipeline.broker.ranges import TopicRange
 from pipeline.errors import BrokerError, ConfigError
-from pipeline.replay.ranges import TopicRange, parse_time, resolve
+from pipeline.replay.ranges import parse_time, resolve
 from pipeline.settings import Settings
 
 

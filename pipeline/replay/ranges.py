@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
+from pipeline.broker.ranges import TopicRange
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
@@ -76,32 +77,6 @@ class RangeRequest:
 
     def options(self) -> dict[str, str | None]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class TopicRange:
-    topic: str
-    spans: dict[int, tuple[int, int]]  # partition -> [start, end)
-
-    @property
-    def total(self) -> int:
-        return sum(max(0, end - start) for start, end in self.spans.values())
-
-    def describe(self) -> str:
-        return ", ".join(f"{p}:[{s},{e})" for p, (s, e) in sorted(self.spans.items()))
-
-    def split(self, n: int) -> list[TopicRange]:
-        """Up to ``n`` ranges of about as many records each, a partition whole in one;
-        partitions with nothing to read are left out."""
-        shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
-        sizes = [0] * n
-        busiest = sorted(self.spans.items(), key=lambda item: item[1][0] - item[1][1])
-        for partition, (start, end) in busiest:
-            if end > start:
-                least = sizes.index(min(sizes))
-                shares[least][partition] = (start, end)
-                sizes[least] += end - start
-        return [TopicRange(self.topic, spans) for spans in shares if spans]
 
 
 def resolve(

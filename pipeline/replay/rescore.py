@@ -28,15 +28,14 @@ from pydantic import ValidationError
 
 from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.broker.clients import admin_client
+from pipeline.broker.ranges import TopicRange, read_range
 from pipeline.errors import ConfigError, TurnstreamError
-from pipeline.replay.ranges import TopicRange
-from pipeline.replay.reader import read_range
+from pipeline.scoring.build import build_stage
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
     from pipeline.broker.bulk import BatchSender
     from pipeline.deadletters import Out
-    from pipeline.scoring.judge.asking import Judge
     from pipeline.scoring.stages import JudgeStage
 
 POLL_RECORDS = 500  # judged together: a group's members within them are scored at once
@@ -107,7 +106,7 @@ async def _rescore(
     if output in {spec.name for spec in topics}:
         raise ConfigError(f"--output-topic {output} is a live pipeline topic; name another one")
     ensure_output_topic(settings, output)
-    stage, judge, plan = _judge_stage(settings)
+    stage = build_stage(settings)  # `rewards:` in the judge YAML: score with those instead
     report = RescoreReport(total=span.total)
     started = time.monotonic()
     try:
@@ -142,28 +141,9 @@ async def _rescore(
                         "progress committed; run the same command again to resume"
                     )
     finally:
-        await _close_judge(judge, plan)
+        await stage.close()
     report.seconds = time.monotonic() - started
     return report
-
-
-def _judge_stage(settings: Settings) -> tuple[JudgeStage, Judge, Any]:
-    """The live workers' judge stage with the judge (or the reward processors) of ``settings``;
-    also the judge and the rewards plan, which hold clients to close."""
-    from pipeline.scoring.judge.factory import build_judge, load_rewards
-    from pipeline.scoring.stages import JudgeStage
-
-    judge, teacher = build_judge(settings)
-    plan = load_rewards(settings)  # `rewards:` in the judge YAML: score with those instead
-    stage = JudgeStage(
-        settings.topics,
-        judge,
-        settings.scoring.mode,
-        teacher,
-        rewards=plan.processor if plan else None,
-        groups=plan.group.scorer(judge.identity) if plan and plan.group else None,
-    )
-    return stage, judge, plan
 
 
 async def _send_judged(
@@ -198,14 +178,6 @@ async def _send_judged(
                 report.dead_lettered += 1
         commit[tp] = rec.offset + 1
     return {tp: o for tp, o in commit.items() if o}, failure
-
-
-async def _close_judge(judge: Judge, plan: Any) -> None:
-    client = getattr(judge, "client", None)
-    if client is not None:
-        await client.close()
-    if plan is not None:
-        await plan.close()
 
 
 async def _resume(consumer: Any, span: TopicRange, report: RescoreReport) -> TopicRange:

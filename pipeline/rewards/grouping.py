@@ -1,7 +1,7 @@
 """``group:`` in a rewards file: a group processor and how its members are gathered.
 
-The scoring worker scores grouped turns with :class:`pipeline.scoring.groups.GroupScorer`,
-built from a :class:`GroupPlan`.
+The scoring worker scores grouped turns with a scorer built from a :class:`GroupPlan`
+(``pipeline.scoring.groups``).
 """
 
 from __future__ import annotations
@@ -38,15 +38,9 @@ class GroupSpec(BaseModel):
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """A loaded group reward, ready to become a worker's :class:`GroupScorer`."""
+    """A loaded group reward, ready to become a scoring worker's group scorer."""
 
     processor: Any
     name: str
     size: int | None
     timeout_s: float
-
-    def scorer(self, identity: Any) -> Any:
-        """A worker's scorer of this group reward (a pipeline.scoring.groups.GroupScorer)."""
-        from pipeline.scoring.groups import GroupScorer
-
-        return GroupScorer(self.processor, identity, self.name, self.size, self.timeout_s)

@@ -29,6 +29,10 @@ import itertools
 from typing import Any
 
 from pipeline.errors import ConfigError, RewardError
+from pipeline.judge.client import JudgeClient, JudgeUnavailable
+from pipeline.judge.factory import judge_client
+from pipeline.judge.prompts import pairwise_messages, render_content, render_response
+from pipeline.judge.votes import parse_preference
 from pipeline.rewards import metrics
 from pipeline.rewards.quality import PairwiseOutcome, Verdict, consistent_verdict
 from pipeline.rewards.types import (
@@ -38,10 +42,6 @@ from pipeline.rewards.types import (
     Reward,
     TaskStatus,
 )
-from pipeline.scoring.judge.client import JudgeClient, JudgeUnavailable
-from pipeline.scoring.judge.factory import judge_client
-from pipeline.scoring.judge.prompts import pairwise_messages, render_content, render_response
-from pipeline.scoring.votes import parse_preference
 from pipeline.settings import Settings, load_settings
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import RewardError
+from pipeline.judge.asking import Judge
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.factory import build_judge
+from pipeline.judge.prompts import render_content
 from pipeline.rewards.types import RewardInput, RewardOutput, response_text
-from pipeline.scoring.judge.asking import Judge
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.factory import build_judge
-from pipeline.scoring.judge.prompts import render_content
 from pipeline.settings import Settings, load_settings
 
 

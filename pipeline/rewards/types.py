@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline.events import NextState, Paired, Response
-from pipeline.scoring.judge.prompts import render_content, render_response
+from pipeline.judge.prompts import render_content, render_response
 
 
 class TaskStatus(StrEnum):

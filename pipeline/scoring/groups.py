@@ -30,12 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.events import JudgeIdentity, Paired, Sample
+from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards import metrics
 from pipeline.rewards.group import score_group
-from pipeline.rewards.protocols import GroupRewardProcessor
+from pipeline.rewards.grouping import GroupPlan
+from pipeline.rewards.protocols import GroupRewardProcessor, close_processor
 from pipeline.rewards.types import RewardOutput, reward_input_from_paired
-from pipeline.scoring.judge.client import JudgeUnavailable
 from pipeline.scoring.samples import build_sample
+from pipeline.scoring.scorers import ScorerKind
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,10 @@ class GroupStats:
 
 
 class GroupScorer:
-    """Collects the members of each group and scores every group once, together."""
+    """Collects the members of each group and scores every group once, together
+    (a :class:`~pipeline.scoring.scorers.PairScorer`)."""
+
+    kind: ScorerKind = "rewards"
 
     def __init__(
         self,
@@ -80,6 +85,14 @@ class GroupScorer:
         self.stats = GroupStats()
         self._open: dict[str, _Group] = {}
         self._scoring: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def of(cls, plan: GroupPlan, identity: JudgeIdentity) -> GroupScorer:
+        """The scorer of a rewards file's ``group:``."""
+        return cls(plan.processor, identity, plan.name, plan.size, plan.timeout_s)
+
+    async def close(self) -> None:
+        await close_processor(self.processor)
 
     @property
     def waiting(self) -> int:

@@ -33,10 +33,6 @@ SCORES = Counter(
     ["score", "exclude_reason"],
 )
 RETRIES = Counter("turnstream_samples_retry_total", "pairs sent to samples.retry")
-JUDGE_RETRIES = Counter(
-    "turnstream_judge_request_retries_total",
-    "judge HTTP requests retried after a transient failure",
-)
 IN_FLIGHT = Gauge("turnstream_judge_pairs_in_flight", "pairs being judged by this worker")
 SKIPPED_RECOVERED = Counter(
     "turnstream_skipped_records_recovered_total",

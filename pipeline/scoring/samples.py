@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pipeline.events import JudgeIdentity, Paired, Sample
+from pipeline.judge.teacher import TeacherOutput
+from pipeline.judge.votes import EvalResult, HintResult
 from pipeline.scoring.mask import Mode, decide
-from pipeline.scoring.votes import EvalResult, HintResult
-
-
-@dataclass(frozen=True)
-class TeacherOutput:
-    """OPD teacher log-probs of a response's tokens under the hinted prompt."""
-
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[float, int]]] | None  # per token: top-K (log-prob, id)
 
 
 def build_sample(

@@ -18,14 +18,11 @@ from typing import Any
 from pipeline.deadletters import DeadLetters, Out
 from pipeline.errors import EventDecodeError
 from pipeline.events import Paired, RetryRecord, Sample, decode_as, decode_input, encode
+from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards.quality import LengthBias
 from pipeline.scoring import metrics
-from pipeline.scoring.judge.asking import Judge, score_pair
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.teacher import Teacher
-from pipeline.scoring.mask import Mode
 from pipeline.scoring.pairing import SessionState, pair_step
-from pipeline.scoring.rewarding import score_with_processor
+from pipeline.scoring.scorers import PairScorer
 from pipeline.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -97,26 +94,16 @@ class PairingStage:
 class JudgeStage:
     """turns.paired record -> scored sample, retry record, or dead letter."""
 
-    def __init__(
-        self,
-        topics: Topics,
-        judge: Judge,
-        mode: Mode,
-        teacher: Teacher | None = None,
-        rewards: Any = None,
-        groups: Any = None,
-    ) -> None:
+    def __init__(self, topics: Topics, scorer: PairScorer) -> None:
         self.scored_topic = topics.samples_scored.name
         self.retry_topic = topics.samples_retry.name
         self.dead = DeadLetters(topics)
-        self.judge = judge
-        self.mode = mode
-        self.teacher = teacher
-        self.rewards = rewards  # reward processors (pipeline.rewards) in place of the judge
-        self.groups = groups  # a GroupScorer: grouped turns are scored together
-        uses_rewards = rewards is not None or groups is not None
+        self.scorer = scorer
         # judge quality: does the score grow with response length? (judged pairs only)
-        self.length_bias = LengthBias(processor="rewards" if uses_rewards else "judge")
+        self.length_bias = LengthBias(processor=scorer.kind)
+
+    async def close(self) -> None:
+        await self.scorer.close()
 
     async def handle(self, raw: bytes | None, key: bytes | None, source: str) -> list[Out]:
         try:
@@ -126,12 +113,7 @@ class JudgeStage:
         session_key = paired.turn.session_id.encode()
         metrics.IN_FLIGHT.inc()
         try:
-            if self.groups is not None and (paired.turn.group_id or self.rewards is None):
-                sample = await self.groups.score(paired)
-            elif self.rewards is not None:
-                sample = await score_with_processor(paired, self.rewards, self.judge.identity)
-            else:
-                sample = await score_pair(paired, self.judge, self.mode, self.teacher)
+            sample = await self.scorer.score(paired)
         except JudgeUnavailable as exc:
             metrics.RETRIES.inc()
             record = RetryRecord(

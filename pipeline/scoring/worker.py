@@ -23,13 +23,11 @@ from faust.types import StreamT
 
 from pipeline.deadletters import Out
 from pipeline.scoring import metrics, upkeep
+from pipeline.scoring.build import build_stage
 from pipeline.scoring.context import RawSchema, Worker, faust_app, kafka_sender
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
 from pipeline.scoring.faust_fixes.sessions import SessionTable
-from pipeline.scoring.judge.asking import Judge
-from pipeline.scoring.judge.factory import build_judge, load_rewards
-from pipeline.scoring.judge.teacher import Teacher
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
 
@@ -60,15 +58,13 @@ async def judge(w: Worker, stream: StreamT) -> None:
 
 def build_app(
     settings: Settings,
-    judge_: Judge,
+    judging: JudgeStage,
     sender: Send | None = None,
-    teacher: Teacher | None = None,
     guard: OffsetGuard | None = None,
-    rewards: Any = None,
-    groups: Any = None,
     on_delivery_failure: Callable[[BaseException], Any] | None = None,
 ) -> faust.App:
-    """The Faust app of one scoring worker; ``sender`` replaces the Kafka sends (tests)."""
+    """The Faust app of one scoring worker judging with ``judging`` (:func:`build_stage`);
+    ``sender`` replaces the Kafka sends (tests)."""
     s, topics = settings.scoring, settings.topics
     app = faust_app(settings)
     out = {
@@ -79,7 +75,7 @@ def build_app(
     send = sender or kafka_sender(app)
     w = Worker(
         settings, app, out[topics.chat_turns.name], PairingStage(topics, s.idle_timeout_s),
-        JudgeStage(topics, judge_, s.mode, teacher, rewards=rewards, groups=groups),
+        judging,
         SessionTable(app.Table("sessions", default=None, partitions=topics.chat_turns.partitions),
                      send), send, guard, on_delivery_failure,
     )  # fmt: skip
@@ -104,26 +100,17 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
                           t.deadletter)  # fmt: skip
     require_topics(settings, [spec.name for spec in inputs_and_outputs])
     settings.scoring.data_dir.mkdir(parents=True, exist_ok=True)
-    judge_, teacher = build_judge(settings)
-    plan = load_rewards(settings)
+    judging = build_stage(settings)
     group = settings.topic_prefix + settings.scoring.group_id
     guard = kafka_guard(settings, group, (t.chat_turns.name, t.turns_paired.name))
-    app = build_app(
-        settings, judge_, teacher=teacher, guard=guard,
-        rewards=plan.processor if plan else None,
-        groups=plan.group.scorer(judge_.identity) if plan and plan.group else None,
-    )  # fmt: skip
-    client = getattr(judge_, "client", None)
+    app = build_app(settings, judging, guard=guard)
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def close_clients(app: faust.App, **_kw: Any) -> None:
-        if client is not None:
-            await client.close()
-        if plan is not None:
-            await plan.close()
+        await judging.close()
 
     metrics.serve(settings.scoring.web_port, settings.scoring.web_host)
-    log.info("judge: %s", judge_.identity.model_dump())
+    log.info("judge: %s (%s)", judging.scorer.identity.model_dump(), judging.scorer.kind)
     worker = FaustWorker(app, loglevel=loglevel, quiet=True)
     # Faust's terminal spinner puts the root logger at DEBUG (to spin on every record),
     # so every debug call in faust/aiokafka would build a log record: none here.

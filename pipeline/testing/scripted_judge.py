@@ -1,6 +1,6 @@
 """A scripted judge client: a test double that answers votes from a fixed sequence.
 
-It stands in for :class:`~pipeline.scoring.judge.client.JudgeClient` where a
+It stands in for :class:`~pipeline.judge.client.JudgeClient` where a
 test or benchmark must know exactly which vote each call returns (the vote
 runners ask for votes in batches, so a server answering concurrent requests
 could not promise the order). A vote of None is an output without a valid box:

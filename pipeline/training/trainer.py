@@ -20,8 +20,8 @@ import torch
 from kafka import KafkaProducer
 
 from pipeline.broker.clients import producer
+from pipeline.broker.ranges import TopicRange
 from pipeline.deadletters import DeadLetters
-from pipeline.replay.ranges import TopicRange
 from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, step_baseline, step_totals
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag

@@ -34,7 +34,7 @@ def never_stored(what: str) -> asyncio.Future[Any]:
 def hold_pair(sample_id: str) -> None:
     build = worker_app.build_app
 
-    def build_app(settings: Any, judge: Any, sender: Any = None, **kwargs: Any) -> Any:
+    def build_app(settings: Any, judging: Any, sender: Any = None, **kwargs: Any) -> Any:
         paired = settings.topics.turns_paired.name
         real: list[Any] = []
 
@@ -47,7 +47,7 @@ def hold_pair(sample_id: str) -> None:
                     stored.extend(await real[0]([out]))
             return stored
 
-        app = build(settings, judge, sender=send, **kwargs)
+        app = build(settings, judging, sender=send, **kwargs)
         real.append(worker_app.kafka_sender(app))
         return app
 

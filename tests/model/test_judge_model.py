@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.judge.rules import RulesJudge
 from pipeline.judge_model.build import read_judge_manifest
 from pipeline.rewards import agreement as gold
 from pipeline.rewards.prm import PrmJudge, judge_from_settings
-from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.serving.server import ServerState
 from pipeline.settings import ScoringSettings, Settings
 from tests.conftest import REPO

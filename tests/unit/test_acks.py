@@ -246,12 +246,13 @@ async def test_a_refused_state_write_stops_acknowledgements_like_a_refused_outpu
 
 def test_a_sample_too_large_for_its_topic_is_a_dead_letter_not_a_refused_send() -> None:
     from pipeline.events import DeadLetter, NextState, Paired, Response, Turn, decode_as, encode
-    from pipeline.scoring.judge.rules import RulesJudge
+    from pipeline.judge.rules import RulesJudge
+    from pipeline.scoring.scorers import PrmScorer
     from pipeline.scoring.stages import JudgeStage
     from pipeline.settings import Settings
 
     topics = Settings().topics
-    stage = JudgeStage(topics, RulesJudge(), "rl")
+    stage = JudgeStage(topics, PrmScorer(RulesJudge(), "rl"))
     stage.dead.limits[topics.samples_scored.name] = 4_000  # as if samples.scored were small
     turn = Turn(
         type="turn",

@@ -8,9 +8,11 @@ import orjson
 
 from pipeline.deadletters import Out
 from pipeline.events import DeadLetter, Paired, Sample, decode_as, encode
+from pipeline.judge.rules import RulesJudge
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, Record
-from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.metrics import REDELIVERED
+from pipeline.scoring.scorers import PrmScorer
+from pipeline.scoring.stages import JudgeStage
 from pipeline.scoring.worker import build_app
 from pipeline.settings import KafkaSettings, Settings
 
@@ -42,7 +44,8 @@ def app_with_sink(guard: OffsetGuard | None = None):  # type: ignore[no-untyped-
         stored.set_result("stored")
         return [stored] * len(outs)
 
-    app = build_app(SETTINGS, RulesJudge(), sender=sink, guard=guard)
+    judging = JudgeStage(SETTINGS.topics, PrmScorer(RulesJudge(), "rl"))
+    app = build_app(SETTINGS, judging, sender=sink, guard=guard)
     app.finalize()
     app.flow_control.resume()
     return app, sent, changelog

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.events import DeadLetter, JudgeIdentity, decode_as
-from pipeline.scoring.judge.asking import HttpJudge
-from pipeline.scoring.judge.prompts import eval_messages, hint_messages
+from pipeline.judge.asking import HttpJudge
+from pipeline.judge.prompts import eval_messages, hint_messages
 from pipeline.scoring.stages import PairingStage
 from pipeline.settings import Settings
 

@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 
 from pipeline.backoff import RetryPolicy
 from pipeline.errors import TurnstreamError
-from pipeline.scoring.judge.asking import eval_votes, hint_votes
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
-from pipeline.scoring.judge.factory import judge_client
+from pipeline.judge.asking import eval_votes, hint_votes
+from pipeline.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
+from pipeline.judge.factory import judge_client
 from pipeline.settings import ScoringSettings, Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 

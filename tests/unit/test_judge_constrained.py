@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from pipeline.scoring.judge.asking import eval_votes, hint_votes
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.prompts import eval_regex, hint_regex
+from pipeline.judge.asking import eval_votes, hint_votes
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.prompts import eval_regex, hint_regex
 
 
 class Recorder:

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from pipeline.scoring.judge import prompts
-from pipeline.scoring.judge.prompts import EVAL_SYSTEM, HINT_SYSTEM, PROMPT_VERSION
+from pipeline.judge import prompts
+from pipeline.judge.prompts import EVAL_SYSTEM, HINT_SYSTEM, PROMPT_VERSION
 
 
 def flat(text: str) -> str:

@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
+from pipeline.judge.votes import parse_hint, parse_score
 from pipeline.judge_model.build import JUDGE_MANIFEST, read_judge_manifest, train_judge
 from pipeline.judge_model.examples import build_examples, hint_answer
 from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.tune import decision_tokens
 from pipeline.rewards.agreement import load_gold
-from pipeline.scoring.votes import parse_hint, parse_score
 from pipeline.training.tiny_tokenizer import make_tiny_tokenizer
 from tests.servers import tiny_llama_config
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.judge.rules import RulesJudge
 from pipeline.learn.evaluate import Answer, summarize
 from pipeline.learn.preference import Brevity, word_count
 from pipeline.learn.prompts import default_prompts, load_prompts, split
 from pipeline.learn.users import served_version
-from pipeline.scoring.judge.rules import RulesJudge
 
 
 def test_brevity_is_met_only_by_an_answer_that_ends_by_itself_within_the_limit() -> None:

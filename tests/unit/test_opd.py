@@ -13,12 +13,13 @@ import torch
 from aiohttp.test_utils import TestServer
 
 from pipeline.events import JudgeIdentity, Paired, Sample, Turn, decode_input
-from pipeline.scoring.judge.asking import HttpJudge, score_pair
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.factory import judge_identity
-from pipeline.scoring.judge.teacher import HINT_MARKER, PolicyTokenizer, Teacher, with_hint
-from pipeline.scoring.samples import TeacherOutput, build_sample
-from pipeline.scoring.votes import EvalResult, HintResult
+from pipeline.judge.asking import HttpJudge
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.factory import judge_identity
+from pipeline.judge.teacher import HINT_MARKER, PolicyTokenizer, Teacher, TeacherOutput, with_hint
+from pipeline.judge.votes import EvalResult, HintResult
+from pipeline.scoring.samples import build_sample
+from pipeline.scoring.scorers import score_pair
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 from pipeline.training.batch import collate, tokenize_sample
 
@@ -282,7 +283,7 @@ async def test_top_k_teacher_logprobs_are_kept_per_token(tiny_tokenizer: Path) -
 
 
 def test_sglang_prompts_use_the_judge_tokenizer_chat_template(tiny_tokenizer: Path) -> None:
-    from pipeline.scoring.judge.factory import build_judge
+    from pipeline.judge.factory import build_judge
     from pipeline.settings import ScoringSettings, Settings
 
     settings = Settings(

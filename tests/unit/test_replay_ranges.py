@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.broker.ranges import TopicRange
 from pipeline.errors import ConfigError
 from pipeline.replay.copy import replay_id_for
-from pipeline.replay.ranges import TopicRange, parse_offsets, parse_partitions, parse_time
+from pipeline.replay.ranges import parse_offsets, parse_partitions, parse_time
 
 
 def test_times_in_iso_8601_or_epoch_ms() -> None:

@@ -9,6 +9,7 @@ from prometheus_client import REGISTRY
 
 from pipeline.errors import ConfigError, RewardError
 from pipeline.events import NextState, Response
+from pipeline.judge.rules import RulesJudge
 from pipeline.rewards import (
     HybridReward,
     RewardInput,
@@ -21,7 +22,6 @@ from pipeline.rewards import (
     setup_processor,
 )
 from pipeline.rewards.prm import PrmJudge
-from pipeline.scoring.judge.rules import RulesJudge
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "rewards"
 

@@ -11,6 +11,9 @@ from pydantic import ValidationError
 
 from pipeline.errors import RewardError
 from pipeline.events import ChatMessage, NextState, Paired, Response, Turn
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.rules import RulesJudge
+from pipeline.judge.votes import EvalResult
 from pipeline.rewards import (
     AgentOutput,
     Reward,
@@ -29,9 +32,6 @@ from pipeline.rewards import (
     sub_reward_func,
 )
 from pipeline.rewards.prm import PrmJudge
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.rules import RulesJudge
-from pipeline.scoring.votes import EvalResult
 from pipeline.settings import ScoringSettings, Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 

@@ -23,6 +23,7 @@ from pipeline.events import (
     decode_input,
     encode,
 )
+from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards import (
     GroupReward,
     GroupRewardInput,
@@ -35,11 +36,10 @@ from pipeline.rewards import (
     load_plan,
     load_weighted,
 )
+from pipeline.scoring.build import load_rewards
 from pipeline.scoring.groups import GroupScorer
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.factory import load_rewards
-from pipeline.scoring.judge.rules import RulesJudge
 from pipeline.scoring.retry import RetryReport, _route
+from pipeline.scoring.scorers import ByGroup, ProcessorScorer
 from pipeline.scoring.stages import JudgeStage, PairingStage
 from pipeline.settings import Settings
 from pipeline.training.batch import sample_reward, tokenize_sample
@@ -203,10 +203,7 @@ def test_the_judging_stage_sends_grouped_turns_to_the_group_and_others_to_the_pr
     single, group = Single(), Exact()
     stage = JudgeStage(
         topics,
-        RulesJudge(),
-        "rl",
-        rewards=single,
-        groups=GroupScorer(group, IDENTITY, timeout_s=5),
+        ByGroup(GroupScorer(group, IDENTITY, timeout_s=5), ProcessorScorer(single, IDENTITY)),
     )
     grouped = [paired(turn(f"s{i}", "42", size=2)) for i in range(2)]
     alone = paired(turn("s9", "42", group=None, size=None))
@@ -229,12 +226,7 @@ def test_the_judging_stage_sends_grouped_turns_to_the_group_and_others_to_the_pr
 
 def test_a_failed_group_member_is_retried_under_its_group_key() -> None:
     topics = SETTINGS.topics
-    stage = JudgeStage(
-        topics,
-        RulesJudge(),
-        "rl",
-        groups=GroupScorer(Exact(TaskStatus.FAILED), IDENTITY, timeout_s=5),
-    )
+    stage = JudgeStage(topics, GroupScorer(Exact(TaskStatus.FAILED), IDENTITY, timeout_s=5))
     p = paired(turn("s0", "42", size=1))
     outs = asyncio.run(stage.handle(encode(p), b"q1", "turns.paired/0/0"))
     assert [(o.topic, o.key) for o in outs] == [(topics.samples_retry.name, b"q1")]
@@ -312,7 +304,7 @@ def test_the_shipped_group_processor_runs_in_the_stage() -> None:
     plan = load_plan(REPO / "examples" / "rewards" / "rewards-group.yaml")
     plan.setup()
     assert plan.group is not None
-    scorer = plan.group.scorer(IDENTITY)
+    scorer = GroupScorer.of(plan.group, IDENTITY)
     pairs = [paired(turn(f"s{i}", a, size=2, truth="42")) for i, a in enumerate(["42", "no"])]
     samples = asyncio.run(score_all(scorer, pairs))
     # the seed's rule: ground truth in a message -> 1.0, else messages present -> 0.5

@@ -7,11 +7,11 @@ from aiohttp.test_utils import TestServer
 
 from pipeline.backoff import RetryPolicy
 from pipeline.errors import ConfigError
+from pipeline.judge.client import JudgeClient, JudgeConfig
+from pipeline.judge.prompts import pairwise_messages
+from pipeline.judge.votes import parse_preference
 from pipeline.rewards import AgentOutput, GroupRewardInput, TaskStatus
 from pipeline.rewards.pairwise import PairwiseGroupReward, PairwiseJudge, client_from_settings
-from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
-from pipeline.scoring.judge.prompts import pairwise_messages
-from pipeline.scoring.votes import parse_preference
 from pipeline.settings import Settings
 from pipeline.testing.judge_sim import JudgeSimulator, SimConfig
 

@@ -22,12 +22,19 @@ from pipeline.events import (
     decode_as,
     encode,
 )
+from pipeline.judge.client import JudgeUnavailable
+from pipeline.judge.rules import RulesJudge
 from pipeline.rewards import HybridReward, RewardInput, RewardOutput
-from pipeline.scoring.judge.client import JudgeUnavailable
-from pipeline.scoring.judge.factory import load_rewards
-from pipeline.scoring.judge.rules import RulesJudge
+from pipeline.scoring.build import build_stage, load_rewards
+from pipeline.scoring.groups import GroupScorer
 from pipeline.scoring.retry import RetryReport, _route
-from pipeline.scoring.rewarding import judge_calls_of, score_with_processor
+from pipeline.scoring.scorers import (
+    ByGroup,
+    PrmScorer,
+    ProcessorScorer,
+    judge_calls_of,
+    score_with_processor,
+)
 from pipeline.scoring.stages import JudgeStage
 from pipeline.settings import ScoringSettings, Settings
 
@@ -106,7 +113,7 @@ class Sent:
 def test_failed_goes_to_retry_and_is_dead_lettered_after_its_attempts() -> None:
     topics = SETTINGS.topics
     proc = Fixed(RewardOutput.failed("judge timed out"))
-    stage = JudgeStage(topics, RulesJudge(), "rl", rewards=proc)
+    stage = JudgeStage(topics, ProcessorScorer(proc, RulesJudge().identity))
     report, pair, dead = RetryReport(), paired(), None
     for attempt in range(1, 4):
         outs = asyncio.run(stage.handle(encode(pair), b"s1", f"turns.paired/0/{attempt}"))
@@ -132,7 +139,7 @@ def test_a_failed_rule_makes_no_judge_call_through_the_stage() -> None:
     rule = Fixed(RewardOutput.success(0.0))
     model = Fixed(RewardOutput.success(1.0, {"judge_calls": 3.0}))
     hybrid = HybridReward(rule=rule, model=model, w_rule=0.2, w_model=0.8)
-    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl", rewards=hybrid)
+    stage = JudgeStage(SETTINGS.topics, ProcessorScorer(hybrid, RulesJudge().identity))
     outs = asyncio.run(stage.handle(encode(paired()), b"s1", "turns.paired/0/7"))
     sample = decode_as(Sample, outs[0].value)
     assert model.calls == 0 and rule.calls == 1
@@ -152,7 +159,7 @@ def test_rewards_are_for_rl_mode_only(tmp_path: Path) -> None:
 def test_the_worker_tracks_the_judges_length_bias_without_reward_processors() -> None:
     from prometheus_client import REGISTRY
 
-    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl")
+    stage = JudgeStage(SETTINGS.topics, PrmScorer(RulesJudge(), "rl"))
     for i in range(30):
         pair = paired()
         turn = pair.turn.model_copy(
@@ -183,7 +190,7 @@ def test_an_answer_with_no_text_is_judged_and_trains_its_end_of_turn_token(
     )
     reply = NextState(role="user", content="No, too long. Try again, shorter please.")
     pair = pair.model_copy(update={"turn": ended, "next_state": reply})
-    stage = JudgeStage(SETTINGS.topics, RulesJudge(), "rl")
+    stage = JudgeStage(SETTINGS.topics, PrmScorer(RulesJudge(), "rl"))
     [out] = asyncio.run(stage.handle(encode(pair), b"s1", "turns.paired/0/0"))
     sample = decode_as(Sample, out.value)
     assert out.topic == SETTINGS.topics.samples_scored.name
@@ -191,3 +198,27 @@ def test_an_answer_with_no_text_is_judged_and_trains_its_end_of_turn_token(
     tok = AutoTokenizer.from_pretrained(tiny_tokenizer)
     trained = tokenize_sample(sample, tok, 64)
     assert trained.response_ids == [end_of_turn_id(tok)]  # the action: ending the turn
+
+
+def test_the_worker_and_rescore_build_the_scorer_the_settings_describe(tmp_path: Path) -> None:
+    processors = "processors:\n  - classpath: examples.rewards.refusal:SafetyProcessor\n"
+    group = "group:\n  classpath: examples.rewards.group:DemoGroupRewardProcessor\n"
+
+    def scorer(rewards: str | None) -> Any:
+        path = None
+        if rewards is not None:
+            path = tmp_path / f"rewards-{len(list(tmp_path.iterdir()))}.yaml"
+            path.write_text(rewards)
+        scoring = SETTINGS.scoring.model_copy(update={"rewards": path})
+        return build_stage(SETTINGS.model_copy(update={"scoring": scoring})).scorer
+
+    judge = scorer(None)
+    assert isinstance(judge, PrmScorer) and judge.kind == "judge"
+    assert isinstance(judge.judge, RulesJudge)
+    per_turn = scorer(processors)
+    assert isinstance(per_turn, ProcessorScorer) and per_turn.kind == "rewards"
+    assert isinstance(scorer(group), GroupScorer)
+    both = scorer(processors + group)
+    assert isinstance(both, ByGroup) and both.kind == "rewards"
+    assert isinstance(both.groups, GroupScorer) and isinstance(both.ungrouped, ProcessorScorer)
+    assert both.identity == judge.identity == RulesJudge().identity

@@ -304,7 +304,7 @@ def test_turnstream_serve_serves_a_checkpoint_directory(policies: tuple[Path, Pa
 async def test_the_opd_teacher_client_reads_this_servers_logprobs(
     policies: tuple[Path, Path],
 ) -> None:
-    from pipeline.scoring.judge.client import JudgeClient, JudgeConfig
+    from pipeline.judge.client import JudgeClient, JudgeConfig
 
     with embedded_server(policies[0], context_length=64) as (url, _state):
         async with JudgeClient(JudgeConfig(backend="sglang", urls=[url])) as client:

@@ -11,15 +11,23 @@ prompt length.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.events import Turn
-from pipeline.scoring.judge.client import JudgeClient
-from pipeline.scoring.samples import TeacherOutput
+from pipeline.judge.client import JudgeClient
 from pipeline.turn_tokens import chat_dicts, render, response_token_ids
 
 HINT_MARKER = "[user's hint / instruction]"
+
+
+@dataclass(frozen=True)
+class TeacherOutput:
+    """OPD teacher log-probs of a response's tokens under the hinted prompt."""
+
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[float, int]]] | None  # per token: top-K (log-prob, id)
 
 
 def with_hint(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pipeline.events import JudgeIdentity
-from pipeline.scoring.votes import EvalResult, HintResult
+from pipeline.judge.votes import EvalResult, HintResult
 
 _TOOL_ERROR = re.compile(
     r"\b(error|exception|traceback|failed|failure|not found|denied|refused|timeout|"

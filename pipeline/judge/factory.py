@@ -1,4 +1,4 @@
-"""One factory for the configured judge (and OPD teacher) and the reward plan.
+"""One factory for the configured judge (and OPD teacher).
 
 The scoring worker, ``turnstream rescore`` and the reward processors
 (pipeline.rewards.prm, pipeline.rewards.pairwise) build their judge here, from
@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pipeline.errors import ConfigError
 from pipeline.events import JudgeIdentity
-from pipeline.scoring.judge.asking import HttpJudge, Judge
-from pipeline.scoring.judge.client import JUDGE_RETRY, JudgeClient, JudgeConfig
-from pipeline.scoring.judge.prompts import PROMPT_VERSION
-from pipeline.scoring.judge.rules import RulesJudge
-from pipeline.scoring.judge.teacher import PolicyTokenizer, Teacher
+from pipeline.judge.asking import HttpJudge, Judge
+from pipeline.judge.client import JUDGE_RETRY, JudgeClient, JudgeConfig
+from pipeline.judge.prompts import PROMPT_VERSION
+from pipeline.judge.rules import RulesJudge
+from pipeline.judge.teacher import PolicyTokenizer, Teacher
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,26 +76,6 @@ def build_judge(settings: Settings) -> tuple[Judge, Teacher | None]:
     if s.mode in ("opd", "combine") and s.policy_tokenizer is not None:
         teacher = Teacher(client, PolicyTokenizer(s.policy_tokenizer), s.teacher_top_k)
     return judge, teacher
-
-
-def load_rewards(settings: Settings) -> Any:
-    """The rewards of ``TURNSTREAM_SCORING_REWARDS`` (a RewardPlan), set up; None when unset."""
-    path = settings.scoring.rewards
-    if path is None:
-        return None
-    from pipeline.rewards.combine import load_plan
-
-    plan = load_plan(path)
-    group = plan.group
-    if group is not None and group.size is not None and group.size > settings.scoring.window:
-        raise ConfigError(
-            f"{path}: group.size {group.size} is larger than TURNSTREAM_SCORING_WINDOW "
-            f"({settings.scoring.window}): a group's members wait in the judging window, "
-            "so it must hold a whole group; raise the window or lower the size"
-        )
-    plan.setup()
-    log.info("scoring with the rewards of %s", path)
-    return plan
 
 
 def _chat_renderer(tokenizer_path: Any) -> Callable[[Sequence[dict[str, Any]]], str] | None:

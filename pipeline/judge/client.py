@@ -21,9 +21,9 @@ import orjson
 
 from pipeline.backoff import RetryPolicy, retry_async
 from pipeline.errors import TurnstreamError
-from pipeline.scoring import metrics
-from pipeline.scoring.judge.batching import GenerateBatcher
-from pipeline.scoring.judge.prompts import eval_regex, hint_regex
+from pipeline.judge import metrics
+from pipeline.judge.batching import GenerateBatcher
+from pipeline.judge.prompts import eval_regex, hint_regex
 
 log = logging.getLogger(__name__)
 

@@ -1,29 +1,24 @@
-"""Ask the judge about one pair: m eval votes (fixed or early stop), hint votes, the teacher.
+"""Ask the judge about one turn: m eval votes (fixed or early stop), or hint votes.
 
-:func:`score_pair` is the judging stage's one call: it asks what the mode
-needs (eval and hint votes at the same time in combine mode), then the OPD
-teacher for an accepted hint, and builds the sample (pipeline.scoring.samples).
+:class:`Judge` is what the scoring stage's PRM scorer
+(:mod:`pipeline.scoring.scorers`) and the ``prm`` reward processor
+(:mod:`pipeline.rewards.prm`) ask; :class:`HttpJudge` and
+:class:`~pipeline.judge.rules.RulesJudge` answer it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pipeline.events import JudgeIdentity, Paired, Sample
-from pipeline.scoring.judge.client import JudgeClient
-from pipeline.scoring.judge.prompts import (
+from pipeline.events import JudgeIdentity
+from pipeline.judge.client import JudgeClient
+from pipeline.judge.prompts import (
     eval_messages,
     hint_messages,
-    render_content,
-    render_response,
 )
-from pipeline.scoring.judge.teacher import Teacher
-from pipeline.scoring.mask import Mode
-from pipeline.scoring.samples import build_sample
-from pipeline.scoring.votes import (
+from pipeline.judge.votes import (
     EvalResult,
     HintResult,
     majority_vote,
@@ -96,34 +91,3 @@ class HttpJudge:
 
     async def hint(self, response_text: str, next_role: str, next_content: str) -> HintResult:
         return await hint_votes(self.client, response_text, next_role, next_content, self.hint_m)
-
-
-async def score_pair(
-    paired: Paired, judge: Judge, mode: Mode, teacher: Teacher | None = None
-) -> Sample:
-    """Judge a pair (no call when it has no next state) and attach its loss mask.
-
-    Raises JudgeUnavailable when the judge cannot be reached: the caller sends
-    the pair to the retry topic; it never becomes a score.
-    """
-    turn, next_state = paired.turn, paired.next_state
-    started = time.monotonic()
-    ev: EvalResult | None = None
-    hi: HintResult | None = None
-    if next_state is not None:
-        args = (
-            render_response(turn.response.content, turn.response.tool_calls),
-            next_state.role,
-            render_content(next_state.content),
-        )
-        if mode == "combine":  # eval and hint votes at the same time
-            ev, hi = await asyncio.gather(judge.eval(*args), judge.hint(*args))
-        elif mode == "rl":
-            ev = await judge.eval(*args)
-        else:
-            hi = await judge.hint(*args)
-    judge_s = time.monotonic() - started
-    teacher_out = None
-    if hi is not None and hi.hint and teacher is not None:
-        teacher_out = await teacher.logprobs(turn, hi.hint)
-    return build_sample(paired, judge.identity, mode, ev, hi, judge_s, teacher_out)

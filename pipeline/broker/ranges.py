@@ -1,6 +1,8 @@
-"""The one reader of a range of a topic: replay, rescore, training and the scoring guard.
+"""A range of a topic, and the one reader of it: replay, rescore, training and the scoring guard.
 
-It reads a :class:`TopicRange` with an aiokafka consumer in large fetches, and
+A :class:`TopicRange` is half-open per partition, ``[start, end)`` in offsets
+(``pipeline.replay.ranges`` resolves one from times or offsets).
+:func:`read_range` reads it with an aiokafka consumer in large fetches, and
 yields what each fetch brought, cut at the range's ends. A partition is done
 when the consumer's position reaches its end (offsets without records, such as
 compacted ones or transaction markers, count as read) and is paused then, so
@@ -12,14 +14,41 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline.broker.bulk import range_consumer
 from pipeline.errors import BrokerError
-from pipeline.replay.ranges import TopicRange
 from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class TopicRange:
+    topic: str
+    spans: dict[int, tuple[int, int]]  # partition -> [start, end)
+
+    @property
+    def total(self) -> int:
+        return sum(max(0, end - start) for start, end in self.spans.values())
+
+    def describe(self) -> str:
+        return ", ".join(f"{p}:[{s},{e})" for p, (s, e) in sorted(self.spans.items()))
+
+    def split(self, n: int) -> list[TopicRange]:
+        """Up to ``n`` ranges of about as many records each, a partition whole in one;
+        partitions with nothing to read are left out."""
+        shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
+        sizes = [0] * n
+        busiest = sorted(self.spans.items(), key=lambda item: item[1][0] - item[1][1])
+        for partition, (start, end) in busiest:
+            if end > start:
+                least = sizes.index(min(sizes))
+                shares[least][partition] = (start, end)
+                sizes[least] += end - start
+        return [TopicRange(self.topic, spans) for spans in shares if spans]
+
 
 Fetched = dict[TopicPartition, list[Any]]  # partition -> records in offset order
 STALL_S = 120.0
