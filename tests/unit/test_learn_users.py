@@ -14,7 +14,7 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.learn.evaluate import Answer, summarize
 from pipeline.learn.preference import Brevity, word_count
-from pipeline.learn.prompts import default_prompts, load_prompts, split
+from pipeline.learn.prompts import load_prompts, split
 from pipeline.learn.users import served_version
 from pipeline.scoring.judge.rules import RulesJudge
 
@@ -35,23 +35,19 @@ def test_the_rules_judge_scores_the_users_replies_plus_and_minus_one_never_zero(
     assert RulesJudge.vote("user", users.reply(False)) == -1
 
 
-def test_the_shipped_prompt_set_has_a_held_out_split_of_at_least_64_unseen_prompts() -> None:
-    prompts = load_prompts(default_prompts())
-    train, heldout = split(prompts, "train"), split(prompts, "heldout")
-    assert len(heldout) >= 64 and len(train) >= 3 * len(heldout) - 10
-    assert not {p.text for p in train} & {p.text for p in heldout}
-    assert len({p.id for p in prompts}) == len(prompts)
-
-
 def test_a_bad_prompt_line_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
-    path.write_text('{"id": "a", "split": "train", "prompt": "hi"}\n{"id": "b", "split": "x"}\n')
-    with pytest.raises(ConfigError, match=r"p\.jsonl:2: expected an object"):
+    rest = '"prompt": "hi", "answer": "hello", "aliases": []'
+    path.write_text(f'{{"id": "a", "split": "train", {rest}}}\n{{"id": "b", "split": "x"}}\n')
+    with pytest.raises(ConfigError, match=r"p\.jsonl:2: missing prompt, answer, aliases"):
         load_prompts(path)
-    path.write_text('{"id": "a", "split": "test", "prompt": "hi"}\n')
+    path.write_text("[1]\n")
+    with pytest.raises(ConfigError, match=r"p\.jsonl:1: expected an object"):
+        load_prompts(path)
+    path.write_text(f'{{"id": "a", "split": "test", {rest}}}\n')
     with pytest.raises(ConfigError, match=r"p\.jsonl:1: split must be one of"):
         load_prompts(path)
-    path.write_text('{"id": "a", "split": "train", "prompt": "hi"}\n')
+    path.write_text(f'{{"id": "a", "split": "train", {rest}}}\n')
     with pytest.raises(ConfigError, match="no 'heldout' prompts"):
         split(load_prompts(path), "heldout")
 
@@ -109,7 +105,10 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
 
     server = TestServer(PolicySimulator(PolicySimConfig(latency_ms=50)).app(), host="127.0.0.1")
     await server.start_server()
-    prompts = [Prompt("p0", "train", "Say hi."), Prompt("p1", "train", "Name a colour.")]
+    prompts = [
+        Prompt("p0", "train", "Say hi.", "hi"),
+        Prompt("p1", "train", "Name a colour.", "red", ("blue",)),
+    ]
     population = Watched(
         str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
     )
