@@ -32,7 +32,7 @@ def learn(
     ),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
-        DEFAULTS.max_words, help="the users' preference: at most N words"
+        DEFAULTS.max_words, help="the users want the right answer in at most N words"
     ),
     temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
     eval_samples: int = typer.Option(DEFAULTS.eval_samples, help="answers per held-out prompt"),
@@ -74,7 +74,8 @@ def learn(
 
     Starts what is not running (the local broker unless KAFKA_BOOTSTRAP_SERVERS is
     set), then the policy server, the capture proxy, a scoring worker and the
-    trainer, and a population of simulated users who prefer short answers. It
+    trainer, and a population of simulated users who want the right answer, briefly
+    (thanks; a correction stating the answer; a request to be shorter). It
     evaluates the held-out prompts before and after, runs the control (learning
     off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
     everything it started.

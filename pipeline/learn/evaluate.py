@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import openai
 
-from pipeline.learn.preference import Brevity, word_count
+from pipeline.learn.preference import RightAndShort, word_count
 from pipeline.learn.prompts import Prompt
 from pipeline.learn.users import Sampling, served_version
 
@@ -67,7 +67,7 @@ def summarize(label: str, answers: list[Answer]) -> EvalResult:
 async def _answers(
     url: str,
     prompts: list[Prompt],
-    preference: Brevity,
+    preference: RightAndShort,
     sampling: Sampling,
     samples_per_prompt: int,
     concurrency: int,
@@ -86,7 +86,7 @@ async def _answers(
                     max_tokens=sampling.max_tokens,
                 )
             choice = answer.choices[0]
-            met = preference.met(choice.message.content, choice.finish_reason)
+            met = preference.met(choice.message.content, choice.finish_reason, prompt)
             words = word_count(choice.message.content)
             stopped = choice.finish_reason == "stop"
             return Answer(prompt.id, words, met, served_version(answer), stopped)
@@ -99,7 +99,7 @@ def evaluate(
     label: str,
     url: str,
     prompts: list[Prompt],
-    preference: Brevity,
+    preference: RightAndShort,
     sampling: Sampling,
     samples_per_prompt: int = 1,
     concurrency: int = 16,

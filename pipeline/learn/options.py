@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.learn.preference import Brevity
+from pipeline.learn.preference import RightAndShort
 from pipeline.learn.users import Sampling
 
 
@@ -52,8 +52,8 @@ class LearnOptions:
         return Sampling(self.temperature, self.max_tokens)
 
     @property
-    def preference(self) -> Brevity:
-        return Brevity(self.max_words)
+    def preference(self) -> RightAndShort:
+        return RightAndShort(self.max_words)
 
     def trainer_options(self) -> dict[str, Any]:
         """The trainer's config: fresh-weights RL steps, each pushed to the server."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,26 +14,61 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.learn.evaluate import Answer, summarize
-from pipeline.learn.preference import Brevity, word_count
-from pipeline.learn.prompts import load_prompts, split
+from pipeline.learn.preference import (
+    CORRECTIONS,
+    SHORTER,
+    THANKS,
+    RightAndShort,
+    word_count,
+)
+from pipeline.learn.prompts import Prompt, default_prompts, load_prompts, split
 from pipeline.learn.users import served_version
 from pipeline.scoring.judge.rules import RulesJudge
 
+PARIS = Prompt("capital-france", "train", "What is the capital of France?", "Paris")
 
-def test_brevity_is_met_only_by_an_answer_that_ends_by_itself_within_the_limit() -> None:
-    users = Brevity(max_words=5)
-    assert users.met("Paris is the capital.", "stop")
-    assert users.met("one two three four five", "stop")
-    assert not users.met("one two three four five six", "stop")
-    assert not users.met("Paris.", "length")  # cut at max_tokens: not an answer that ended
-    assert not users.met("", "stop") and not users.met(None, "stop")
+
+def test_right_and_short_is_met_only_by_a_right_answer_that_ends_by_itself_within_the_limit() -> (
+    None
+):
+    users = RightAndShort(max_words=5)
+    assert users.verdict("Paris is the capital.", "stop", PARIS) == "right"
+    assert users.verdict("It is paris, in France", "stop", PARIS) == "right"  # five words
+    assert users.verdict("It is Paris, in France, surely", "stop", PARIS) == "long"
+    assert users.verdict("Paris.", "length", PARIS) == "long"  # cut at max_tokens
+    assert users.verdict("Lyon.", "stop", PARIS) == "wrong"
+    assert users.verdict("Lyon, no doubt about it at all", "length", PARIS) == "wrong"
+    assert users.verdict("Parisian.", "stop", PARIS) == "wrong"
+    assert (
+        users.verdict("", "stop", PARIS) == "wrong"
+        and users.verdict(None, "stop", PARIS) == "wrong"
+    )
+    assert users.met("Paris.", "stop", PARIS) and not users.met("Paris.", "length", PARIS)
     assert word_count("  a\nb\tc  ") == 3
 
 
-def test_the_rules_judge_scores_the_users_replies_plus_and_minus_one_never_zero() -> None:
-    users = Brevity()
-    assert RulesJudge.vote("user", users.reply(True)) == 1
-    assert RulesJudge.vote("user", users.reply(False)) == -1
+def test_each_kind_of_reply_has_several_phrasings_chosen_by_the_seeded_rng() -> None:
+    users = RightAndShort(max_words=7)
+    for verdict, phrasings in (("right", THANKS), ("wrong", CORRECTIONS), ("long", SHORTER)):
+        assert len(set(phrasings)) >= 4
+        seen = {users.reply(verdict, PARIS, random.Random(seed)) for seed in range(200)}
+        assert len(seen) == len(phrasings), verdict  # every phrasing is used
+    replies = [users.reply("wrong", PARIS, random.Random(3)) for _ in range(2)]
+    assert replies[0] == replies[1]  # the same seed, the same words
+    assert all("Paris" in users.reply("wrong", PARIS, random.Random(s)) for s in range(50))
+    assert "{" not in "".join(users.reply("long", PARIS, random.Random(s)) for s in range(50))
+
+
+def test_the_rules_judge_scores_every_phrasing_as_the_user_meant_it() -> None:
+    """Thanks +1, a correction and a request to be shorter -1, never 0 (which would exclude
+    the sample): each phrasing, with each shipped prompt's answer filled in."""
+    users = RightAndShort()
+    for phrasing in THANKS:
+        assert RulesJudge.vote("user", phrasing) == 1, phrasing
+    for prompt in load_prompts(default_prompts()):
+        for phrasing in (*CORRECTIONS, *SHORTER):
+            reply = phrasing.format(answer=prompt.answer, max_words=users.max_words)
+            assert RulesJudge.vote("user", reply) == -1, reply
 
 
 def test_a_bad_prompt_line_names_the_file_and_line(tmp_path: Path) -> None:
@@ -81,7 +117,6 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
     takes its place before it asks, so sessions cannot slip past a limit set late."""
     from aiohttp.test_utils import TestServer
 
-    from pipeline.learn.prompts import Prompt
     from pipeline.learn.users import Population, Sampling
     from pipeline.testing.policy_sim import PolicySimConfig, PolicySimulator
 
@@ -110,7 +145,7 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
         Prompt("p1", "train", "Name a colour.", "red", ("blue",)),
     ]
     population = Watched(
-        str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
+        str(server.make_url("")).rstrip("/"), prompts, RightAndShort(), Sampling(), 5, "t"
     )
     population.held_back = set()
     population.allowed = 3
