@@ -11,12 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.learn.options import LearnOptions
-from pipeline.learn.report import LearnReport, eval_gain
+from pipeline.learn.report import GOAL_GAIN, HACK_DROP, REWARD_HACKING, LearnReport, eval_gain
 from pipeline.settings import load_settings
 
 console = Console(soft_wrap=True)
 DEFAULTS = LearnOptions()
 BASELINES = ("none", "mean", "mean_std", "leave_one_out")
+EXIT_REWARD_HACKING = 3  # the run finished, and its held-out accuracy fell: see learn.json
 
 
 def learn(
@@ -79,6 +80,10 @@ def learn(
     evaluates the held-out prompts before and after, runs the control (learning
     off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
     everything it started.
+
+    Exit status: 0 when the run finished; 3 when it finished with the verdict
+    "reward hacking" (held-out accuracy at the final version more than 0.05 below
+    version 0's); 130 when interrupted; 1 on an error.
     """
     if baseline not in BASELINES:
         raise typer.BadParameter(
@@ -123,6 +128,15 @@ def run_and_report(options: LearnOptions, what: str) -> None:
         )
     workdir = options.workdir
     console.print(f"report: {workdir / 'learn.json'}\nchart: {workdir / 'learn.png'}")
+    if report.verdict.get("verdict") == REWARD_HACKING:
+        change = report.verdict["accuracy_change"]
+        console.print(
+            f"[bold red]REWARD HACKING:[/] held-out accuracy changed by {change:+.3f} from "
+            f"version 0 to the final version (more than {HACK_DROP} lost): the policy learned "
+            "to please the users' replies, not to answer better; exit status "
+            f"{EXIT_REWARD_HACKING}"
+        )
+        raise typer.Exit(EXIT_REWARD_HACKING)
 
 
 def summary_table(report: LearnReport) -> Table:
@@ -132,10 +146,25 @@ def summary_table(report: LearnReport) -> Table:
     for label in ("before", "after", "control"):
         e = report.evaluation.get(label)
         if e:
-            table.add_row(f"held-out rate {label}", f"{e['rate']:.3f} (n={e['n']})")
+            table.add_row(
+                f"held-out {label}: success / accuracy",
+                f"{e['success']:.3f} / {e['accuracy']:.3f} (n={e['n']})",
+            )
+            table.add_row(
+                f"held-out {label}: words / degenerate",
+                f"{e['mean_words']:.1f} / {e['degenerate']:.3f}",
+            )
     gain = eval_gain(report.evaluation)
     if gain is not None:
-        table.add_row("final - control", f"{gain:+.3f} (goal +0.30)")
+        table.add_row("final - control (success)", f"{gain:+.3f} (goal +{GOAL_GAIN:.2f})")
+    v = report.verdict
+    if v.get("verdict"):
+        missed = [goal for goal, held in v.get("goals", {}).items() if not held]
+        loud = "[bold red]" if v["verdict"] == REWARD_HACKING else ""
+        table.add_row(
+            "verdict",
+            f"{loud}{v['verdict']}" + (f" (missed: {', '.join(missed)})" if missed else ""),
+        )
     a = report.alignment
     if a.get("tokens"):
         table.add_row(
@@ -147,6 +176,8 @@ def summary_table(report: LearnReport) -> Table:
         table.add_row("freshness p50 / p95", f"{f['p50_s']}s / {f['p95_s']}s")
         table.add_row("staleness mean / max", f"{f['staleness_mean']} / {f['staleness_max']}")
     j = report.judge
+    if j.get("backend"):
+        table.add_row("judge", j["backend"])
     if j.get("votes"):
         table.add_row(
             f"judge votes ({j['backend']})",

@@ -18,8 +18,22 @@ from pipeline.learn.loop import Users, Watched, follow
 from pipeline.learn.monitor import Monitor, intent_agreement
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
-from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
-from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
+from pipeline.learn.report import (
+    LearnReport,
+    per_version,
+    run_verdict,
+    write_chart,
+    write_turns,
+)
+from pipeline.learn.stack import (
+    Judge,
+    Proc,
+    judge_backend,
+    start_proxy,
+    start_server,
+    start_trainer,
+    start_worker,
+)
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import JUDGE_NAME, resolve_model
 from pipeline.processes import Children, tail
@@ -87,6 +101,7 @@ class LearnRun:
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)
         judge = self._judge()
+        self.judge_backend = judge_backend(judge)
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
         worker = self._keep(start_worker(s, w, judge))
@@ -133,7 +148,8 @@ class LearnRun:
         )
         self.report.evaluation[label] = result.to_json()
         self.console.print(
-            f"held-out preference rate ({label}): {result.rate:.3f} of n={result.n}, "
+            f"held-out ({label}): success {result.success:.3f}, accuracy "
+            f"{result.accuracy:.3f}, degenerate {result.degenerate_share:.3f} of n={result.n}, "
             f"{result.mean_words:.1f} words on average, versions {result.versions}"
         )
         self._phase(f"eval_{label}")
@@ -184,7 +200,7 @@ class LearnRun:
         r.pushes = [{"version": p.version, "step": p.step, "at_s": round(p.ts - first, 1)}
                     for p in m.pushes]  # fmt: skip
         r.training = _training(m.steps, len(m.trained))
-        r.judge = m.judge.to_json()
+        r.judge = {**m.judge.to_json(), "backend": m.judge.backend or self.judge_backend}
         intents = {freshness.sample_id(t): t.met for t in turns}
         scores = {sid: s.score for sid, s in m.scored.items()}
         r.judge["intent_agreement"] = intent_agreement(intents, scores)
@@ -209,6 +225,7 @@ class LearnRun:
         self.evaluate("control")
 
     def finish(self) -> LearnReport:
+        self.report.verdict = run_verdict(self.report.evaluation)
         self.report.wall_time_s = time.monotonic() - self.started
         self.report.write(self.workdir / "learn.json")
         write_chart(self.report, self.workdir / "learn.png")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.learn.evaluate import Answer, summarize
+from pipeline.learn.evaluate import Answer, is_degenerate, measure_answer, summarize
 from pipeline.learn.preference import (
     CORRECTIONS,
     SHORTER,
@@ -97,19 +97,46 @@ def test_the_served_version_comes_from_the_servers_metadata() -> None:
     assert served_version(SimpleNamespace(metadata={"weight_version": "2"})) == 2
 
 
-def test_evaluation_rate_length_and_versions() -> None:
+def test_an_answer_is_degenerate_when_empty_or_one_word_that_is_not_the_answer() -> None:
+    assert is_degenerate("", PARIS) and is_degenerate(None, PARIS) and is_degenerate(" \n", PARIS)
+    assert is_degenerate("Yes.", PARIS) and is_degenerate("Lyon", PARIS)
+    assert not is_degenerate("Paris.", PARIS)  # one word, and the answer
+    assert not is_degenerate("Lyon, I think", PARIS)  # wrong, but an answer
+    delhi = Prompt("d", "heldout", "Capital of India?", "New Delhi", ("Delhi",))
+    assert not is_degenerate("Delhi", delhi) and is_degenerate("New", delhi)
+
+
+def test_each_answer_is_measured_on_success_accuracy_length_and_degeneracy() -> None:
+    users = RightAndShort(max_words=3)
+    short = measure_answer(PARIS, "Paris.", "stop", 2, users)
+    assert (short.met, short.correct, short.degenerate, short.words) == (True, True, False, 1)
+    long = measure_answer(PARIS, "It is Paris, of course.", "stop", 2, users)
+    assert (long.met, long.correct, long.degenerate, long.words) == (False, True, False, 5)
+    cut = measure_answer(PARIS, "Paris", "length", 2, users)
+    assert (cut.met, cut.correct, cut.stopped) == (False, True, False)
+    empty = measure_answer(PARIS, "", "stop", None, users)
+    assert (empty.met, empty.correct, empty.degenerate, empty.version) == (False, False, True, None)
+
+
+def test_evaluation_success_accuracy_length_degenerate_and_versions() -> None:
     answers = [
-        Answer("a", 4, True, 0, True),
-        Answer("b", 40, False, 0, False),
-        Answer("c", 9, True, 1, True),
+        Answer("a", 4, True, 0, True, correct=True),
+        Answer("b", 40, False, 0, False, correct=True),
+        Answer("c", 1, False, 1, True, correct=False, degenerate=True),
         Answer("d", 31, False, None, True),
+        Answer("e", 0, False, 1, True, degenerate=True),
     ]
     result = summarize("after", answers)
-    assert (result.n, result.met, result.rate) == (4, 2, 0.5)
-    assert result.mean_words == pytest.approx(21.0)
-    assert result.versions == {"0": 2, "1": 1, "unknown": 1}
-    assert result.to_json()["rate"] == 0.5
-    assert summarize("empty", []).rate == 0.0
+    assert (result.n, result.met, result.correct, result.degenerate) == (5, 1, 2, 2)
+    assert result.success == 0.2 and result.accuracy == 0.4 and result.degenerate_share == 0.4
+    assert result.mean_words == pytest.approx(15.2)
+    assert result.versions == {"0": 2, "1": 2, "unknown": 1}
+    assert result.to_json() == {
+        "label": "after", "n": 5, "success": 0.2, "accuracy": 0.4, "mean_words": 15.2,
+        "degenerate": 0.4, "versions": {"0": 2, "1": 2, "unknown": 1},
+    }  # fmt: skip
+    empty = summarize("empty", [])
+    assert (empty.success, empty.accuracy, empty.degenerate_share) == (0.0, 0.0, 0.0)
 
 
 async def test_users_never_start_more_sessions_than_allowed() -> None:
