@@ -38,6 +38,11 @@ def learn(
     temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
     eval_samples: int = typer.Option(DEFAULTS.eval_samples, help="answers per held-out prompt"),
     eval_prompts: int = typer.Option(None, help="evaluate only the first N held-out prompts"),
+    eval_every: int = typer.Option(
+        DEFAULTS.eval_every,
+        help="also evaluate every Nth version pushed before the last, users held meanwhile "
+        "(0: only version 0, the final version and the control)",
+    ),
     control: bool = typer.Option(True, help="also run the loop with learning off (the control)"),
     control_sessions: int = typer.Option(
         DEFAULTS.control_sessions,
@@ -93,7 +98,8 @@ def learn(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         baseline=baseline,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
-        eval_samples=eval_samples, eval_prompts=eval_prompts, control=control,
+        eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
+        control=control,
         control_sessions=control_sessions or None, micro_batch_size=micro_batch_size,
         train_top_layers=train_top_layers or None,
         max_ahead=batch_size if max_ahead is None else (max_ahead or None),
@@ -154,6 +160,12 @@ def summary_table(report: LearnReport) -> Table:
                 f"held-out {label}: words / degenerate",
                 f"{e['mean_words']:.1f} / {e['degenerate']:.3f}",
             )
+    for version, e in (report.evaluation.get("periodic") or {}).items():
+        table.add_row(
+            f"held-out version {version}: success / accuracy",
+            f"{e['success']:.3f} / {e['accuracy']:.3f}, {e['mean_words']:.1f} words, "
+            f"degenerate {e['degenerate']:.3f}",
+        )
     gain = eval_gain(report.evaluation)
     if gain is not None:
         table.add_row("final - control (success)", f"{gain:+.3f} (goal +{GOAL_GAIN:.2f})")

@@ -142,17 +142,32 @@ class LearnRun:
         return Judge(served.url, model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS)
 
     def evaluate(self, label: str) -> EvalResult:
+        """The held-out evaluation ``label`` (before, after, control), a phase of its own."""
+        result = self._evaluation(label)
+        self.report.evaluation[label] = result.to_json()
+        self._phase(f"eval_{label}")
+        return result
+
+    def _evaluate_pushed(self, version: int) -> None:
+        """Every ``eval_every``-th version pushed before the last (that one is ``after``),
+        while the users are held: eval.periodic, its time counted apart from learning's."""
+        every, began = self.options.eval_every, time.monotonic()
+        if not every or version % every or version >= self.options.steps:
+            return
+        result = self._evaluation(f"version {version}")
+        self.report.evaluation.setdefault("periodic", {})[str(version)] = result.to_json()
+        self._periodic_s += time.monotonic() - began
+
+    def _evaluation(self, label: str) -> EvalResult:
         o = self.options
         result = evaluate(
             label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples
         )
-        self.report.evaluation[label] = result.to_json()
         self.console.print(
             f"held-out ({label}): success {result.success:.3f}, accuracy "
             f"{result.accuracy:.3f}, degenerate {result.degenerate_share:.3f} of n={result.n}, "
             f"{result.mean_words:.1f} words on average, versions {result.versions}"
         )
-        self._phase(f"eval_{label}")
         return result
 
     def _population(self, run_id: str, seed: int) -> Population:
@@ -166,11 +181,16 @@ class LearnRun:
         population = self._population(self.run_id, self.options.seed)
         population.allowed = self.options.max_ahead  # None: no limit; else raised as it trains
         users = Users(population)
+        self._periodic_s = 0.0
         try:
-            self._follow("learning", users, self._trainer_done, self.options.max_ahead)
+            self._follow("learning", users, self._trainer_done, self.options.max_ahead,
+                         self._evaluate_pushed)  # fmt: skip
         finally:
             users.stop()
         self._phase("learn")
+        if self._periodic_s:
+            self.report.phases_s["learn"] -= self._periodic_s
+            self.report.phases_s["eval_periodic"] = self._periodic_s
         write_turns(users.turns, self.workdir / "turns.jsonl")
         return users.turns
 
@@ -181,11 +201,16 @@ class LearnRun:
         return code == 0
 
     def _follow(
-        self, phase: str, users: Users, done: Callable[[], bool], max_ahead: int | None
+        self,
+        phase: str,
+        users: Users,
+        done: Callable[[], bool],
+        max_ahead: int | None,
+        on_push: Callable[[int], None] | None = None,
     ) -> None:
         deadline = self.started + self.options.timeout_s
         follow(phase, users, self.monitor, self.watched, done, self.console,
-               self.started, self.options.steps, max_ahead, deadline)  # fmt: skip
+               self.started, self.options.steps, max_ahead, deadline, on_push)  # fmt: skip
 
     def measure(self, turns: list[ServedTurn]) -> None:
         """Alignment, per-version figures, freshness, pushes and training totals."""

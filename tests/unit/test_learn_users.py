@@ -233,3 +233,61 @@ def test_users_held_closer_than_a_batch_would_wait_forever_and_are_refused() -> 
     assert LearnOptions(batch_size=8, max_ahead=None).max_ahead is None
     defaults = LearnOptions()
     assert defaults.max_ahead is not None and defaults.max_ahead >= defaults.batch_size
+
+
+def test_each_push_is_handed_to_on_push_while_no_user_may_start_a_session() -> None:
+    """The loop sees pushes 1 and 2 together, then 3; each is handed over in order, with
+    the users held (allowed == started) meanwhile and their limit given back after."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.learn.freshness import Push
+    from pipeline.learn.loop import Watched, follow
+
+    population = SimpleNamespace(allowed=None, started=7, paused=False, failures=0)
+    users = SimpleNamespace(turns=[], error=None, population=population, rate=lambda: 0.0)
+    arriving = [[Push(1, 1, 1.0), Push(2, 2, 2.0)], [], [Push(3, 3, 3.0)]]
+
+    class Monitor:
+        def __init__(self) -> None:
+            self.scored: dict[str, Any] = {}
+            self.trained: set[str] = set()
+            self.steps: list[dict[str, Any]] = []
+            self.pushes = [Push(0, 0, 0.0)]  # before the loop: not handed over
+            self.polls = 0
+
+        def poll(self) -> None:
+            self.pushes = [*self.pushes, *(arriving[self.polls] if self.polls < 3 else [])]
+            self.polls += 1
+
+    seen: list[tuple[int, int | None]] = []
+    monitor = Monitor()
+    follow(
+        "learning", users, monitor, Watched(), lambda: monitor.polls >= 4,  # type: ignore[arg-type]
+        Console(file=io.StringIO()), 0.0, 3, None, float("inf"),
+        lambda version: seen.append((version, population.allowed)),
+    )  # fmt: skip
+    assert seen == [(1, 7), (2, 7), (3, 7)]
+    assert population.allowed is None  # no limit again, as before
+
+
+def test_every_fourth_version_before_the_last_is_evaluated() -> None:
+    from pipeline.learn.options import LearnOptions
+    from pipeline.learn.run import LearnRun
+
+    evaluated: list[str] = []
+    run = SimpleNamespace(
+        options=LearnOptions(steps=16, eval_every=4),
+        report=SimpleNamespace(evaluation={}),
+        _periodic_s=0.0,
+        _evaluation=lambda label: evaluated.append(label) or summarize(label, []),
+    )
+    for version in range(1, 17):
+        LearnRun._evaluate_pushed(run, version)  # type: ignore[arg-type]
+    assert evaluated == ["version 4", "version 8", "version 12"]  # 16 is "after"
+    assert list(run.report.evaluation["periodic"]) == ["4", "8", "12"]
+    assert run.report.evaluation["periodic"]["8"]["success"] == 0.0
+    run.options = LearnOptions(steps=16, eval_every=0)
+    LearnRun._evaluate_pushed(run, 4)  # type: ignore[arg-type]
+    assert len(evaluated) == 3
