@@ -42,7 +42,7 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     result = turnstream(
         "learn", "--steps", "2", "--batch-size", "4", "--micro-batch-size", "4",
         "--users", "4", "--max-ahead", "4", "--max-tokens", "16", "--eval-prompts", "4",
-        "--control-sessions", "4", "--workdir", str(workdir),
+        "--control-sessions", "4", "--eval-every", "1", "--workdir", str(workdir),
         env=cli_env, timeout=900,
     )  # fmt: skip
     report = finished(result, workdir)
@@ -50,8 +50,11 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     assert report["eval"]["before"]["versions"] == {"0": 4}
     assert report["eval"]["after"]["versions"] == {"2": 4}  # the last push is what is served
     assert report["eval"]["control"]["versions"] == {"0": 4}  # learning off: initial weights
-    for label in ("before", "after", "control"):
-        e = report["eval"][label]
+    # version 1 evaluated as it landed, the users held: nothing trained on past it meanwhile
+    assert list(report["eval"]["periodic"]) == ["1"]
+    assert report["eval"]["periodic"]["1"]["versions"] == {"1": 4}
+    for e in (*(report["eval"][k] for k in ("before", "after", "control")),
+              report["eval"]["periodic"]["1"]):  # fmt: skip
         assert e["n"] == 4 and 0 <= e["success"] <= e["accuracy"] <= 1, e  # success is right
         assert 0 <= e["degenerate"] <= 1 and e["mean_words"] >= 0, e
     assert report["judge"]["backend"] == "rules"
