@@ -38,7 +38,7 @@ def demo(
     """Run the whole pipeline here, live: the real SmolLM2-135M-Instruct served as the
     policy, simulated users talking to it through the capture proxy, the rules judge,
     the trainer pushing each new version back to the server; live progress, then the
-    held-out preference rate before and after, a summary table and a PNG chart
+    held-out success and accuracy before and after, a summary table and a PNG chart
     (`turnstream learn`, shortened).
 
     --recorded sends the shipped example sessions through a scoring worker and a

@@ -1,7 +1,11 @@
-"""Evaluation: how often the policy's answers to held-out prompts meet the preference.
+"""Evaluation on the held-out prompts, on measures from another source than the reward.
 
-Evaluation asks the policy server directly (not through the proxy), so its
-answers are never captured and never train.
+Per evaluated version: success (the answer is right, within max_words words,
+and ended by itself: what the users thank), accuracy (right, at any length),
+mean words, and the share of degenerate answers (empty, or one word that is
+not the answer), so a policy that games the users' reply, say by answering in
+one word, shows as one. Evaluation asks the policy server directly (not
+through the proxy), so its answers are never captured and never train.
 """
 
 from __future__ import annotations
@@ -12,47 +16,89 @@ from dataclasses import dataclass
 
 import openai
 
-from pipeline.learn.preference import Brevity, word_count
-from pipeline.learn.prompts import Prompt
+from pipeline.learn.preference import RightAndShort, word_count
+from pipeline.learn.prompts import Prompt, is_correct
 from pipeline.learn.users import Sampling, served_version
+
+
+def is_degenerate(text: str | None, prompt: Prompt) -> bool:
+    """Empty, or a single word that is not ``prompt``'s answer."""
+    words = word_count(text)
+    return words == 0 or (words == 1 and not is_correct(text, prompt))
 
 
 @dataclass(frozen=True)
 class Answer:
     prompt_id: str
     words: int
-    met: bool
+    met: bool  # success: right, short, ended by itself
     version: int | None
     stopped: bool  # it ended by itself, not at max_tokens
+    correct: bool = False
+    degenerate: bool = False
+
+
+def measure_answer(
+    prompt: Prompt,
+    text: str | None,
+    finish_reason: str | None,
+    version: int | None,
+    preference: RightAndShort,
+) -> Answer:
+    """One answer, measured: success by the preference, correctness, length, degeneracy."""
+    return Answer(
+        prompt.id,
+        word_count(text),
+        preference.met(text, finish_reason, prompt),
+        version,
+        finish_reason == "stop",
+        is_correct(text, prompt),
+        is_degenerate(text, prompt),
+    )
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """The preference rate over ``n`` answers, and which policy versions gave them."""
+    """Success, accuracy, length and degenerate share over ``n`` answers, and which policy
+    versions gave them."""
 
     label: str
     n: int
     met: int
     mean_words: float
     versions: dict[str, int]
+    correct: int = 0
+    degenerate: int = 0
+
+    def _share(self, count: int) -> float:
+        return count / self.n if self.n else 0.0
 
     @property
-    def rate(self) -> float:
-        return self.met / self.n if self.n else 0.0
+    def success(self) -> float:
+        return self._share(self.met)
+
+    @property
+    def accuracy(self) -> float:
+        return self._share(self.correct)
+
+    @property
+    def degenerate_share(self) -> float:
+        return self._share(self.degenerate)
 
     def to_json(self) -> dict[str, object]:
         return {
             "label": self.label,
             "n": self.n,
-            "met": self.met,
-            "rate": round(self.rate, 4),
+            "success": round(self.success, 4),
+            "accuracy": round(self.accuracy, 4),
             "mean_words": round(self.mean_words, 2),
+            "degenerate": round(self.degenerate_share, 4),
             "versions": self.versions,
         }
 
 
 def summarize(label: str, answers: list[Answer]) -> EvalResult:
-    """Rate, mean length and versions of a list of answers."""
+    """Success, accuracy, mean length, degenerate answers and versions of a list of answers."""
     versions = Counter("unknown" if a.version is None else str(a.version) for a in answers)
     words = sum(a.words for a in answers)
     return EvalResult(
@@ -61,13 +107,15 @@ def summarize(label: str, answers: list[Answer]) -> EvalResult:
         sum(a.met for a in answers),
         words / len(answers) if answers else 0.0,
         dict(sorted(versions.items())),
+        sum(a.correct for a in answers),
+        sum(a.degenerate for a in answers),
     )
 
 
 async def _answers(
     url: str,
     prompts: list[Prompt],
-    preference: Brevity,
+    preference: RightAndShort,
     sampling: Sampling,
     samples_per_prompt: int,
     concurrency: int,
@@ -86,10 +134,13 @@ async def _answers(
                     max_tokens=sampling.max_tokens,
                 )
             choice = answer.choices[0]
-            met = preference.met(choice.message.content, choice.finish_reason)
-            words = word_count(choice.message.content)
-            stopped = choice.finish_reason == "stop"
-            return Answer(prompt.id, words, met, served_version(answer), stopped)
+            return measure_answer(
+                prompt,
+                choice.message.content,
+                choice.finish_reason,
+                served_version(answer),
+                preference,
+            )
 
         jobs = [one(p) for p in prompts for _ in range(samples_per_prompt)]
         return list(await asyncio.gather(*jobs))
@@ -99,12 +150,13 @@ def evaluate(
     label: str,
     url: str,
     prompts: list[Prompt],
-    preference: Brevity,
+    preference: RightAndShort,
     sampling: Sampling,
     samples_per_prompt: int = 1,
     concurrency: int = 16,
 ) -> EvalResult:
-    """Ask each held-out prompt ``samples_per_prompt`` times; the share that met the preference."""
+    """Ask each held-out prompt ``samples_per_prompt`` times; success, accuracy, length and
+    degenerate share of the answers."""
     answers = asyncio.run(
         _answers(url, prompts, preference, sampling, samples_per_prompt, concurrency)
     )

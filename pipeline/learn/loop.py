@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -143,6 +144,18 @@ def snapshot(
     )
 
 
+def hold_users(population: Population, action: Callable[[], None]) -> None:
+    """``action()`` while no user starts a new session; sessions in flight go on."""
+    held = population.allowed
+    # The users' thread may take a place just as this reads ``started``: that one session
+    # goes on, and no further one starts, since ``paused`` is ``started >= allowed``.
+    population.allowed = population.started
+    try:
+        action()
+    finally:
+        population.allowed = held
+
+
 def follow(
     phase: str,
     users: Users,
@@ -154,16 +167,23 @@ def follow(
     max_steps: int,
     max_ahead: int | None,
     deadline: float,
+    on_push: Callable[[int], None] | None = None,
 ) -> None:
     """Live view until ``done()``; at most ``max_ahead`` sessions are ahead of the trainer
-    (started, and their sample neither trained nor excluded)."""
+    (started, and their sample neither trained nor excluded). ``on_push(version)`` runs for
+    each push seen, while no user starts a session."""
     stall = Stall()
+    pushes = len(monitor.pushes)
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while True:
             monitor.poll()
             watched.check()
             if users.error is not None:
                 raise TurnstreamError(f"the simulated users stopped: {users.error!r}")
+            if on_push is not None:
+                for push in monitor.pushes[pushes:]:
+                    hold_users(users.population, functools.partial(on_push, push.version))
+                pushes = len(monitor.pushes)
             if max_ahead is not None:
                 turns = users.turns
                 count = settled(turns, monitor)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.learn.preference import Brevity
+from pipeline.learn.preference import RightAndShort
 from pipeline.learn.users import Sampling
 
 
@@ -30,6 +30,7 @@ class LearnOptions:
     max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
     eval_prompts: int | None = None  # evaluate the first N held-out prompts (None: all)
+    eval_every: int = 4  # also evaluate every Nth version pushed before the last (0: never)
     control: bool = True  # the same loop with learning off, then its evaluation
     control_sessions: int | None = 64  # user sessions of the control (None: as many as learning)
     judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
@@ -52,8 +53,8 @@ class LearnOptions:
         return Sampling(self.temperature, self.max_tokens)
 
     @property
-    def preference(self) -> Brevity:
-        return Brevity(self.max_words)
+    def preference(self) -> RightAndShort:
+        return RightAndShort(self.max_words)
 
     def trainer_options(self) -> dict[str, Any]:
         """The trainer's config: fresh-weights RL steps, each pushed to the server."""

@@ -1,8 +1,14 @@
-"""The shipped prompt set: questions the simulated users ask, split into train and held-out."""
+"""The shipped prompt set: questions with a known short answer, split into train and held-out.
+
+An answer is correct when the prompt's ``answer`` or one of its ``aliases``
+appears in it as a whole word, case-insensitive (``is_correct``). Other tools
+check answers by the same rule: keep it exactly.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -11,6 +17,7 @@ from pipeline.errors import ConfigError
 from pipeline.settings import shipped_file
 
 SPLITS = ("train", "heldout")
+FIELDS = ("id", "split", "prompt", "answer", "aliases")
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,23 @@ class Prompt:
     id: str
     split: str
     text: str
+    answer: str
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """Every right answer: ``answer`` first, then the aliases."""
+        return (self.answer, *self.aliases)
+
+
+def is_correct(text: str | None, prompt: Prompt) -> bool:
+    """``prompt``'s answer or an alias appears in ``text`` as a whole word, ignoring case."""
+    return any(_whole_word(a).search(text or "") for a in prompt.answers if a.strip())
+
+
+def _whole_word(answer: str) -> re.Pattern[str]:
+    # Lookarounds, not \b: an answer may start or end with a non-word character ("-3", "C++").
+    return re.compile(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", re.IGNORECASE)
 
 
 def default_prompts() -> Path:
@@ -25,7 +49,8 @@ def default_prompts() -> Path:
 
 
 def load_prompts(path: Path) -> list[Prompt]:
-    """Every prompt of a JSONL file of ``{"id", "split", "prompt"}`` objects."""
+    """Every prompt of a JSONL file of ``{"id", "split", "prompt", "answer", "aliases"}``
+    objects; a line without one of them is an error naming the file, the line and the field."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:
@@ -34,19 +59,35 @@ def load_prompts(path: Path) -> list[Prompt]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            row = orjson.loads(line)
-            prompt = Prompt(str(row["id"]), str(row["split"]), str(row["prompt"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                f"{path}:{number}: expected an object with id, split and prompt ({exc})"
-            ) from exc
+        prompt = _prompt(line, f"{path}:{number}")
         if prompt.split not in SPLITS:
             raise ConfigError(
                 f"{path}:{number}: split must be one of {SPLITS}, got {prompt.split!r}"
             )
         prompts.append(prompt)
     return prompts
+
+
+def _prompt(line: bytes, where: str) -> Prompt:
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not JSON ({exc})") from exc
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where}: expected an object with {', '.join(FIELDS)}")
+    missing = [name for name in FIELDS if name not in row]
+    if missing:
+        raise ConfigError(
+            f"{where}: missing {', '.join(missing)} (each line holds {', '.join(FIELDS)})"
+        )
+    aliases = row["aliases"]
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise ConfigError(f"{where}: aliases must be a list of strings, got {aliases!r}")
+    if not isinstance(row["answer"], str | int) or not str(row["answer"]).strip():
+        raise ConfigError(f"{where}: answer must be a non-empty string, got {row['answer']!r}")
+    return Prompt(
+        str(row["id"]), str(row["split"]), str(row["prompt"]), str(row["answer"]), tuple(aliases)
+    )
 
 
 def split(prompts: list[Prompt], name: str) -> list[Prompt]:

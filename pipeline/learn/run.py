@@ -18,8 +18,22 @@ from pipeline.learn.loop import Users, Watched, follow
 from pipeline.learn.monitor import Monitor, intent_agreement
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
-from pipeline.learn.report import LearnReport, per_version, write_chart, write_turns
-from pipeline.learn.stack import Judge, Proc, start_proxy, start_server, start_trainer, start_worker
+from pipeline.learn.report import (
+    LearnReport,
+    per_version,
+    run_verdict,
+    write_chart,
+    write_turns,
+)
+from pipeline.learn.stack import (
+    Judge,
+    Proc,
+    judge_backend,
+    start_proxy,
+    start_server,
+    start_trainer,
+    start_worker,
+)
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import JUDGE_NAME, resolve_model
 from pipeline.processes import Children, tail
@@ -87,6 +101,7 @@ class LearnRun:
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)
         judge = self._judge()
+        self.judge_backend = judge_backend(judge)
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
         worker = self._keep(start_worker(s, w, judge))
@@ -127,16 +142,32 @@ class LearnRun:
         return Judge(served.url, model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS)
 
     def evaluate(self, label: str) -> EvalResult:
+        """The held-out evaluation ``label`` (before, after, control), a phase of its own."""
+        result = self._evaluation(label)
+        self.report.evaluation[label] = result.to_json()
+        self._phase(f"eval_{label}")
+        return result
+
+    def _evaluate_pushed(self, version: int) -> None:
+        """Every ``eval_every``-th version pushed before the last (that one is ``after``),
+        while the users are held: eval.periodic, its time counted apart from learning's."""
+        every, began = self.options.eval_every, time.monotonic()
+        if not every or version % every or version >= self.options.steps:
+            return
+        result = self._evaluation(f"version {version}")
+        self.report.evaluation.setdefault("periodic", {})[str(version)] = result.to_json()
+        self._periodic_s += time.monotonic() - began
+
+    def _evaluation(self, label: str) -> EvalResult:
         o = self.options
         result = evaluate(
             label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples
         )
-        self.report.evaluation[label] = result.to_json()
         self.console.print(
-            f"held-out preference rate ({label}): {result.rate:.3f} of n={result.n}, "
+            f"held-out ({label}): success {result.success:.3f}, accuracy "
+            f"{result.accuracy:.3f}, degenerate {result.degenerate_share:.3f} of n={result.n}, "
             f"{result.mean_words:.1f} words on average, versions {result.versions}"
         )
-        self._phase(f"eval_{label}")
         return result
 
     def _population(self, run_id: str, seed: int) -> Population:
@@ -150,11 +181,16 @@ class LearnRun:
         population = self._population(self.run_id, self.options.seed)
         population.allowed = self.options.max_ahead  # None: no limit; else raised as it trains
         users = Users(population)
+        self._periodic_s = 0.0
         try:
-            self._follow("learning", users, self._trainer_done, self.options.max_ahead)
+            self._follow("learning", users, self._trainer_done, self.options.max_ahead,
+                         self._evaluate_pushed)  # fmt: skip
         finally:
             users.stop()
         self._phase("learn")
+        if self._periodic_s:
+            self.report.phases_s["learn"] -= self._periodic_s
+            self.report.phases_s["eval_periodic"] = self._periodic_s
         write_turns(users.turns, self.workdir / "turns.jsonl")
         return users.turns
 
@@ -165,11 +201,16 @@ class LearnRun:
         return code == 0
 
     def _follow(
-        self, phase: str, users: Users, done: Callable[[], bool], max_ahead: int | None
+        self,
+        phase: str,
+        users: Users,
+        done: Callable[[], bool],
+        max_ahead: int | None,
+        on_push: Callable[[int], None] | None = None,
     ) -> None:
         deadline = self.started + self.options.timeout_s
         follow(phase, users, self.monitor, self.watched, done, self.console,
-               self.started, self.options.steps, max_ahead, deadline)  # fmt: skip
+               self.started, self.options.steps, max_ahead, deadline, on_push)  # fmt: skip
 
     def measure(self, turns: list[ServedTurn]) -> None:
         """Alignment, per-version figures, freshness, pushes and training totals."""
@@ -184,7 +225,7 @@ class LearnRun:
         r.pushes = [{"version": p.version, "step": p.step, "at_s": round(p.ts - first, 1)}
                     for p in m.pushes]  # fmt: skip
         r.training = _training(m.steps, len(m.trained))
-        r.judge = m.judge.to_json()
+        r.judge = {**m.judge.to_json(), "backend": m.judge.backend or self.judge_backend}
         intents = {freshness.sample_id(t): t.met for t in turns}
         scores = {sid: s.score for sid, s in m.scored.items()}
         r.judge["intent_agreement"] = intent_agreement(intents, scores)
@@ -209,6 +250,7 @@ class LearnRun:
         self.evaluate("control")
 
     def finish(self) -> LearnReport:
+        self.report.verdict = run_verdict(self.report.evaluation)
         self.report.wall_time_s = time.monotonic() - self.started
         self.report.write(self.workdir / "learn.json")
         write_chart(self.report, self.workdir / "learn.png")

@@ -85,20 +85,27 @@ class Judge:
     max_new_tokens: int | None = None  # per vote; None: the scoring settings' default
 
 
+def judge_backend(judge: Judge | None) -> str:
+    """The worker's judge backend for ``judge``: rules, sglang (the embedded server's
+    /generate, n votes at once) or openai."""
+    if judge is None:
+        return "rules"
+    return "sglang" if judge.tokenizer is not None else "openai"
+
+
 def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc:
     """A scoring worker: the rules judge, or the LLM judge ``judge``."""
     args = ["worker", "--web-port", "0", "--data-dir", str(workdir / "worker")]
     extra: dict[str, str] = {}
-    if judge is None:
-        args += ["--judge", "rules"]
-    elif judge.tokenizer is not None:  # the embedded server: SGLang's /generate, n votes at once
-        args += ["--judge", "sglang", "--judge-url", judge.url]
-        extra["TURNSTREAM_SCORING_JUDGE_TOKENIZER"] = str(judge.tokenizer)
-    else:
-        args += ["--judge", "openai", "--judge-url", judge.url]
-        extra["TURNSTREAM_SCORING_JUDGE_MODEL"] = "default"
-    if judge is not None and judge.max_new_tokens is not None:
-        extra["TURNSTREAM_SCORING_JUDGE_MAX_NEW_TOKENS"] = str(judge.max_new_tokens)
+    args += ["--judge", judge_backend(judge)]
+    if judge is not None:
+        args += ["--judge-url", judge.url]
+        if judge.tokenizer is not None:
+            extra["TURNSTREAM_SCORING_JUDGE_TOKENIZER"] = str(judge.tokenizer)
+        else:
+            extra["TURNSTREAM_SCORING_JUDGE_MODEL"] = "default"
+        if judge.max_new_tokens is not None:
+            extra["TURNSTREAM_SCORING_JUDGE_MAX_NEW_TOKENS"] = str(judge.max_new_tokens)
     env = child_env(settings, **extra)
     return spawn_cli([*args, "--loglevel", "warn"], env, workdir / "worker.log")
 

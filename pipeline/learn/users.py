@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipeline.learn.preference import Brevity, word_count
+from pipeline.learn.preference import RightAndShort, word_count
 from pipeline.learn.prompts import Prompt
 
 if TYPE_CHECKING:  # imported when users run: it takes a second to import
@@ -45,6 +45,7 @@ class ServedTurn:
     met: bool
     served_at: float
     replied_at: float | None = None  # when its reply (the next state) was recorded
+    correct: bool = False  # it held the prompt's answer (met: also short, and ended by itself)
 
 
 def served_version(completion: Any) -> int | None:
@@ -65,7 +66,7 @@ class Population:
 
     base_url: str
     prompts: list[Prompt]
-    preference: Brevity
+    preference: RightAndShort
     sampling: Sampling
     users: int
     run_id: str
@@ -109,7 +110,7 @@ class Population:
             session_id = f"{self.run_id}-u{k}-s{session}"
             session += 1
             try:
-                await self._session(client, session_id, prompt)
+                await self._session(client, session_id, prompt, rng)
             except openai.OpenAIError as exc:  # counted and shown; the user goes on
                 self.failures += 1
                 if not any(t.session_id == session_id for t in reversed(self.turns)):
@@ -117,7 +118,9 @@ class Population:
                 log.warning("session %s failed: %s", session_id, exc)
                 await asyncio.sleep(1.0)
 
-    async def _session(self, client: openai.AsyncOpenAI, session_id: str, prompt: Prompt) -> None:
+    async def _session(
+        self, client: openai.AsyncOpenAI, session_id: str, prompt: Prompt, rng: random.Random
+    ) -> None:
         """Ask, judge the answer by the preference, reply (the next state), close."""
         asked = [{"role": "user", "content": prompt.text}]
         headers = {"X-Session-Id": session_id, "X-Turn-Type": "main"}
@@ -130,15 +133,21 @@ class Population:
         )
         choice = answer.choices[0]
         text = choice.message.content or ""
-        met = self.preference.met(text, choice.finish_reason)
+        verdict = self.preference.verdict(text, choice.finish_reason, prompt)
         turn = ServedTurn(
-            session_id, prompt.id, served_version(answer), word_count(text), met, time.time()
+            session_id,
+            prompt.id,
+            served_version(answer),
+            word_count(text),
+            verdict == "right",
+            time.time(),
+            correct=verdict != "wrong",
         )
         self.turns.append(turn)
         follow_up = [
             *asked,
             {"role": "assistant", "content": text},
-            {"role": "user", "content": self.preference.reply(met)},
+            {"role": "user", "content": self.preference.reply(verdict, prompt, rng)},
         ]
         await client.chat.completions.create(
             model=self.sampling.model,

@@ -5,6 +5,7 @@ are the trainer's at the same weights."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,15 +42,23 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     result = turnstream(
         "learn", "--steps", "2", "--batch-size", "4", "--micro-batch-size", "4",
         "--users", "4", "--max-ahead", "4", "--max-tokens", "16", "--eval-prompts", "4",
-        "--control-sessions", "4", "--workdir", str(workdir),
+        "--control-sessions", "4", "--eval-every", "1", "--workdir", str(workdir),
         env=cli_env, timeout=900,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((workdir / "learn.json").read_text())
+    report = finished(result, workdir)
     assert [p["version"] for p in report["pushes"]] == [1, 2]
     assert report["eval"]["before"]["versions"] == {"0": 4}
     assert report["eval"]["after"]["versions"] == {"2": 4}  # the last push is what is served
     assert report["eval"]["control"]["versions"] == {"0": 4}  # learning off: initial weights
+    # version 1 evaluated as it landed, the users held: nothing trained on past it meanwhile
+    assert list(report["eval"]["periodic"]) == ["1"]
+    assert report["eval"]["periodic"]["1"]["versions"] == {"1": 4}
+    for e in (*(report["eval"][k] for k in ("before", "after", "control")),
+              report["eval"]["periodic"]["1"]):  # fmt: skip
+        assert e["n"] == 4 and 0 <= e["success"] <= e["accuracy"] <= 1, e  # success is right
+        assert 0 <= e["degenerate"] <= 1 and e["mean_words"] >= 0, e
+    assert report["judge"]["backend"] == "rules"
+    assert report["verdict"]["verdict"] in ("goals met", "goals missed", "reward hacking")
     turns = [json.loads(line) for line in (workdir / "turns.jsonl").read_text().splitlines()]
     assert {t["version"] for t in turns} >= {0, 1}  # users got version 1 after its push
     run = settings.model_copy(update={"topic_prefix": report["topic_prefix"]})
@@ -83,6 +92,18 @@ def judge_simulator(tmp_path: Path) -> Iterator[str]:
     proc.wait(timeout=10)
 
 
+def finished(result: subprocess.CompletedProcess[str], workdir: Path) -> dict:
+    """learn.json of a run that finished: exit status 0, or 3 with the verdict "reward
+    hacking" (an evaluation of 2 or 4 sampled answers moves by a quarter or more at random)."""
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert (workdir / "learn.json").exists(), output
+    report = json.loads((workdir / "learn.json").read_text())
+    hacked = report["verdict"]["verdict"] == "reward hacking"
+    assert result.returncode == (3 if hacked else 0), output
+    assert ("REWARD HACKING" in result.stdout) == hacked, output
+    return report
+
+
 def short_learn_run(cli_env: dict[str, str], workdir: Path, *judge: str) -> tuple[str, dict]:
     """One trainer step with an LLM judge; learn.json and what the run printed."""
     result = turnstream(
@@ -91,8 +112,7 @@ def short_learn_run(cli_env: dict[str, str], workdir: Path, *judge: str) -> tupl
         "--workdir", str(workdir), *judge,
         env=cli_env, timeout=900,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout, json.loads((workdir / "learn.json").read_text())
+    return result.stdout, finished(result, workdir)
 
 
 def judged_samples(settings: Settings, report: dict) -> list[Sample]:

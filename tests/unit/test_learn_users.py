@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,45 +14,76 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.judge.rules import RulesJudge
-from pipeline.learn.evaluate import Answer, summarize
-from pipeline.learn.preference import Brevity, word_count
-from pipeline.learn.prompts import default_prompts, load_prompts, split
+from pipeline.learn.evaluate import Answer, is_degenerate, measure_answer, summarize
+from pipeline.learn.preference import (
+    CORRECTIONS,
+    SHORTER,
+    THANKS,
+    RightAndShort,
+    word_count,
+)
+from pipeline.learn.prompts import Prompt, default_prompts, load_prompts, split
 from pipeline.learn.users import served_version
 
+PARIS = Prompt("capital-france", "train", "What is the capital of France?", "Paris")
 
-def test_brevity_is_met_only_by_an_answer_that_ends_by_itself_within_the_limit() -> None:
-    users = Brevity(max_words=5)
-    assert users.met("Paris is the capital.", "stop")
-    assert users.met("one two three four five", "stop")
-    assert not users.met("one two three four five six", "stop")
-    assert not users.met("Paris.", "length")  # cut at max_tokens: not an answer that ended
-    assert not users.met("", "stop") and not users.met(None, "stop")
+
+def test_right_and_short_is_met_only_by_a_right_answer_that_ends_by_itself_within_the_limit() -> (
+    None
+):
+    users = RightAndShort(max_words=5)
+    assert users.verdict("Paris is the capital.", "stop", PARIS) == "right"
+    assert users.verdict("It is paris, in France", "stop", PARIS) == "right"  # five words
+    assert users.verdict("It is Paris, in France, surely", "stop", PARIS) == "long"
+    assert users.verdict("Paris.", "length", PARIS) == "long"  # cut at max_tokens
+    assert users.verdict("Lyon.", "stop", PARIS) == "wrong"
+    assert users.verdict("Lyon, no doubt about it at all", "length", PARIS) == "wrong"
+    assert users.verdict("Parisian.", "stop", PARIS) == "wrong"
+    assert (
+        users.verdict("", "stop", PARIS) == "wrong"
+        and users.verdict(None, "stop", PARIS) == "wrong"
+    )
+    assert users.met("Paris.", "stop", PARIS) and not users.met("Paris.", "length", PARIS)
     assert word_count("  a\nb\tc  ") == 3
 
 
-def test_the_rules_judge_scores_the_users_replies_plus_and_minus_one_never_zero() -> None:
-    users = Brevity()
-    assert RulesJudge.vote("user", users.reply(True)) == 1
-    assert RulesJudge.vote("user", users.reply(False)) == -1
+def test_each_kind_of_reply_has_several_phrasings_chosen_by_the_seeded_rng() -> None:
+    users = RightAndShort(max_words=7)
+    for verdict, phrasings in (("right", THANKS), ("wrong", CORRECTIONS), ("long", SHORTER)):
+        assert len(set(phrasings)) >= 4
+        seen = {users.reply(verdict, PARIS, random.Random(seed)) for seed in range(200)}
+        assert len(seen) == len(phrasings), verdict  # every phrasing is used
+    replies = [users.reply("wrong", PARIS, random.Random(3)) for _ in range(2)]
+    assert replies[0] == replies[1]  # the same seed, the same words
+    assert all("Paris" in users.reply("wrong", PARIS, random.Random(s)) for s in range(50))
+    assert "{" not in "".join(users.reply("long", PARIS, random.Random(s)) for s in range(50))
 
 
-def test_the_shipped_prompt_set_has_a_held_out_split_of_at_least_64_unseen_prompts() -> None:
-    prompts = load_prompts(default_prompts())
-    train, heldout = split(prompts, "train"), split(prompts, "heldout")
-    assert len(heldout) >= 64 and len(train) >= 3 * len(heldout) - 10
-    assert not {p.text for p in train} & {p.text for p in heldout}
-    assert len({p.id for p in prompts}) == len(prompts)
+def test_the_rules_judge_scores_every_phrasing_as_the_user_meant_it() -> None:
+    """Thanks +1, a correction and a request to be shorter -1, never 0 (which would exclude
+    the sample): each phrasing, with each shipped prompt's answer filled in."""
+    users = RightAndShort()
+    for phrasing in THANKS:
+        assert RulesJudge.vote("user", phrasing) == 1, phrasing
+    for prompt in load_prompts(default_prompts()):
+        for phrasing in (*CORRECTIONS, *SHORTER):
+            reply = phrasing.format(answer=prompt.answer, max_words=users.max_words)
+            assert RulesJudge.vote("user", reply) == -1, reply
 
 
 def test_a_bad_prompt_line_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
-    path.write_text('{"id": "a", "split": "train", "prompt": "hi"}\n{"id": "b", "split": "x"}\n')
-    with pytest.raises(ConfigError, match=r"p\.jsonl:2: expected an object"):
+    rest = '"prompt": "hi", "answer": "hello", "aliases": []'
+    path.write_text(f'{{"id": "a", "split": "train", {rest}}}\n{{"id": "b", "split": "x"}}\n')
+    with pytest.raises(ConfigError, match=r"p\.jsonl:2: missing prompt, answer, aliases"):
         load_prompts(path)
-    path.write_text('{"id": "a", "split": "test", "prompt": "hi"}\n')
+    path.write_text("[1]\n")
+    with pytest.raises(ConfigError, match=r"p\.jsonl:1: expected an object"):
+        load_prompts(path)
+    path.write_text(f'{{"id": "a", "split": "test", {rest}}}\n')
     with pytest.raises(ConfigError, match=r"p\.jsonl:1: split must be one of"):
         load_prompts(path)
-    path.write_text('{"id": "a", "split": "train", "prompt": "hi"}\n')
+    path.write_text(f'{{"id": "a", "split": "train", {rest}}}\n')
     with pytest.raises(ConfigError, match="no 'heldout' prompts"):
         split(load_prompts(path), "heldout")
 
@@ -65,19 +97,46 @@ def test_the_served_version_comes_from_the_servers_metadata() -> None:
     assert served_version(SimpleNamespace(metadata={"weight_version": "2"})) == 2
 
 
-def test_evaluation_rate_length_and_versions() -> None:
+def test_an_answer_is_degenerate_when_empty_or_one_word_that_is_not_the_answer() -> None:
+    assert is_degenerate("", PARIS) and is_degenerate(None, PARIS) and is_degenerate(" \n", PARIS)
+    assert is_degenerate("Yes.", PARIS) and is_degenerate("Lyon", PARIS)
+    assert not is_degenerate("Paris.", PARIS)  # one word, and the answer
+    assert not is_degenerate("Lyon, I think", PARIS)  # wrong, but an answer
+    delhi = Prompt("d", "heldout", "Capital of India?", "New Delhi", ("Delhi",))
+    assert not is_degenerate("Delhi", delhi) and is_degenerate("New", delhi)
+
+
+def test_each_answer_is_measured_on_success_accuracy_length_and_degeneracy() -> None:
+    users = RightAndShort(max_words=3)
+    short = measure_answer(PARIS, "Paris.", "stop", 2, users)
+    assert (short.met, short.correct, short.degenerate, short.words) == (True, True, False, 1)
+    long = measure_answer(PARIS, "It is Paris, of course.", "stop", 2, users)
+    assert (long.met, long.correct, long.degenerate, long.words) == (False, True, False, 5)
+    cut = measure_answer(PARIS, "Paris", "length", 2, users)
+    assert (cut.met, cut.correct, cut.stopped) == (False, True, False)
+    empty = measure_answer(PARIS, "", "stop", None, users)
+    assert (empty.met, empty.correct, empty.degenerate, empty.version) == (False, False, True, None)
+
+
+def test_evaluation_success_accuracy_length_degenerate_and_versions() -> None:
     answers = [
-        Answer("a", 4, True, 0, True),
-        Answer("b", 40, False, 0, False),
-        Answer("c", 9, True, 1, True),
+        Answer("a", 4, True, 0, True, correct=True),
+        Answer("b", 40, False, 0, False, correct=True),
+        Answer("c", 1, False, 1, True, correct=False, degenerate=True),
         Answer("d", 31, False, None, True),
+        Answer("e", 0, False, 1, True, degenerate=True),
     ]
     result = summarize("after", answers)
-    assert (result.n, result.met, result.rate) == (4, 2, 0.5)
-    assert result.mean_words == pytest.approx(21.0)
-    assert result.versions == {"0": 2, "1": 1, "unknown": 1}
-    assert result.to_json()["rate"] == 0.5
-    assert summarize("empty", []).rate == 0.0
+    assert (result.n, result.met, result.correct, result.degenerate) == (5, 1, 2, 2)
+    assert result.success == 0.2 and result.accuracy == 0.4 and result.degenerate_share == 0.4
+    assert result.mean_words == pytest.approx(15.2)
+    assert result.versions == {"0": 2, "1": 2, "unknown": 1}
+    assert result.to_json() == {
+        "label": "after", "n": 5, "success": 0.2, "accuracy": 0.4, "mean_words": 15.2,
+        "degenerate": 0.4, "versions": {"0": 2, "1": 2, "unknown": 1},
+    }  # fmt: skip
+    empty = summarize("empty", [])
+    assert (empty.success, empty.accuracy, empty.degenerate_share) == (0.0, 0.0, 0.0)
 
 
 async def test_users_never_start_more_sessions_than_allowed() -> None:
@@ -85,7 +144,6 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
     takes its place before it asks, so sessions cannot slip past a limit set late."""
     from aiohttp.test_utils import TestServer
 
-    from pipeline.learn.prompts import Prompt
     from pipeline.learn.users import Population, Sampling
     from pipeline.testing.policy_sim import PolicySimConfig, PolicySimulator
 
@@ -109,9 +167,12 @@ async def test_users_never_start_more_sessions_than_allowed() -> None:
 
     server = TestServer(PolicySimulator(PolicySimConfig(latency_ms=50)).app(), host="127.0.0.1")
     await server.start_server()
-    prompts = [Prompt("p0", "train", "Say hi."), Prompt("p1", "train", "Name a colour.")]
+    prompts = [
+        Prompt("p0", "train", "Say hi.", "hi"),
+        Prompt("p1", "train", "Name a colour.", "red", ("blue",)),
+    ]
     population = Watched(
-        str(server.make_url("")).rstrip("/"), prompts, Brevity(), Sampling(), 5, "t"
+        str(server.make_url("")).rstrip("/"), prompts, RightAndShort(), Sampling(), 5, "t"
     )
     population.held_back = set()
     population.allowed = 3
@@ -172,3 +233,61 @@ def test_users_held_closer_than_a_batch_would_wait_forever_and_are_refused() -> 
     assert LearnOptions(batch_size=8, max_ahead=None).max_ahead is None
     defaults = LearnOptions()
     assert defaults.max_ahead is not None and defaults.max_ahead >= defaults.batch_size
+
+
+def test_each_push_is_handed_to_on_push_while_no_user_may_start_a_session() -> None:
+    """The loop sees pushes 1 and 2 together, then 3; each is handed over in order, with
+    the users held (allowed == started) meanwhile and their limit given back after."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.learn.freshness import Push
+    from pipeline.learn.loop import Watched, follow
+
+    population = SimpleNamespace(allowed=None, started=7, paused=False, failures=0)
+    users = SimpleNamespace(turns=[], error=None, population=population, rate=lambda: 0.0)
+    arriving = [[Push(1, 1, 1.0), Push(2, 2, 2.0)], [], [Push(3, 3, 3.0)]]
+
+    class Monitor:
+        def __init__(self) -> None:
+            self.scored: dict[str, Any] = {}
+            self.trained: set[str] = set()
+            self.steps: list[dict[str, Any]] = []
+            self.pushes = [Push(0, 0, 0.0)]  # before the loop: not handed over
+            self.polls = 0
+
+        def poll(self) -> None:
+            self.pushes = [*self.pushes, *(arriving[self.polls] if self.polls < 3 else [])]
+            self.polls += 1
+
+    seen: list[tuple[int, int | None]] = []
+    monitor = Monitor()
+    follow(
+        "learning", users, monitor, Watched(), lambda: monitor.polls >= 4,  # type: ignore[arg-type]
+        Console(file=io.StringIO()), 0.0, 3, None, float("inf"),
+        lambda version: seen.append((version, population.allowed)),
+    )  # fmt: skip
+    assert seen == [(1, 7), (2, 7), (3, 7)]
+    assert population.allowed is None  # no limit again, as before
+
+
+def test_every_fourth_version_before_the_last_is_evaluated() -> None:
+    from pipeline.learn.options import LearnOptions
+    from pipeline.learn.run import LearnRun
+
+    evaluated: list[str] = []
+    run = SimpleNamespace(
+        options=LearnOptions(steps=16, eval_every=4),
+        report=SimpleNamespace(evaluation={}),
+        _periodic_s=0.0,
+        _evaluation=lambda label: evaluated.append(label) or summarize(label, []),
+    )
+    for version in range(1, 17):
+        LearnRun._evaluate_pushed(run, version)  # type: ignore[arg-type]
+    assert evaluated == ["version 4", "version 8", "version 12"]  # 16 is "after"
+    assert list(run.report.evaluation["periodic"]) == ["4", "8", "12"]
+    assert run.report.evaluation["periodic"]["8"]["success"] == 0.0
+    run.options = LearnOptions(steps=16, eval_every=0)
+    LearnRun._evaluate_pushed(run, 4)  # type: ignore[arg-type]
+    assert len(evaluated) == 3
