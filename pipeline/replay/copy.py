@@ -24,9 +24,9 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline.broker.bulk import range_consumer
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import ConfigError
-from pipeline.replay.ranges import RangeRequest, TopicRange, resolve_on
-from pipeline.replay.reader import read_range
+from pipeline.replay.ranges import RangeRequest, resolve_on
 from pipeline.replay.share import (
     REPLAY_ID,
     REPLAY_SOURCE,

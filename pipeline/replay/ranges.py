@@ -1,4 +1,4 @@
-"""Ranges of a topic: times and offsets resolved per partition.
+"""Ranges of a topic as the user asks for them: times and offsets resolved per partition.
 
 A range is half-open per partition, ``[start, end)`` in offsets. Times are
 ISO 8601 (``2026-11-30T10:00:00Z``; no zone means UTC) or epoch milliseconds,
@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from aiokafka import TopicPartition
 
+from pipeline.broker.reading import Offsets, TopicRange, at_time, clamp
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
@@ -78,32 +79,6 @@ class RangeRequest:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class TopicRange:
-    topic: str
-    spans: dict[int, tuple[int, int]]  # partition -> [start, end)
-
-    @property
-    def total(self) -> int:
-        return sum(max(0, end - start) for start, end in self.spans.values())
-
-    def describe(self) -> str:
-        return ", ".join(f"{p}:[{s},{e})" for p, (s, e) in sorted(self.spans.items()))
-
-    def split(self, n: int) -> list[TopicRange]:
-        """Up to ``n`` ranges of about as many records each, a partition whole in one;
-        partitions with nothing to read are left out."""
-        shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
-        sizes = [0] * n
-        busiest = sorted(self.spans.items(), key=lambda item: item[1][0] - item[1][1])
-        for partition, (start, end) in busiest:
-            if end > start:
-                least = sizes.index(min(sizes))
-                shares[least][partition] = (start, end)
-                sizes[least] += end - start
-        return [TopicRange(self.topic, spans) for spans in shares if spans]
-
-
 def resolve(
     settings: Settings,
     topic: str,
@@ -125,16 +100,6 @@ def resolve(
         return asyncio.run(resolve_on(settings, _Awaitable(consumer), topic, known, request))
     finally:
         consumer.close()
-
-
-class Offsets(Protocol):
-    """The offset look-ups of a consumer, as aiokafka's consumer has them."""
-
-    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
-
-    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
-
-    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]: ...
 
 
 class _Awaitable:
@@ -172,17 +137,19 @@ async def resolve_on(
     starts = {tp: first[tp] for tp in tps}
     ends = {tp: last[tp] for tp in tps}
     if request.since is not None:
-        starts = await _at_time(consumer, tps, parse_time(request.since, "--since"), last)
+        starts = await at_time(consumer, tps, parse_time(request.since, "--since"), last)
     if request.until is not None:
-        ends = await _at_time(consumer, tps, parse_time(request.until, "--until"), last)
+        ends = await at_time(consumer, tps, parse_time(request.until, "--until"), last)
     for p, off in parse_offsets(request.start_offsets, "--start-offsets").items():
         starts[_tp(topic, p, tps)] = off
     for p, off in parse_offsets(request.end_offsets, "--end-offsets").items():
         ends[_tp(topic, p, tps)] = off
-    spans = {
-        tp.partition: (max(starts[tp], first[tp]), min(max(ends[tp], starts[tp]), last[tp]))
-        for tp in tps
-    }
+    spans = clamp(
+        {tp.partition: first[tp] for tp in tps},
+        {tp.partition: last[tp] for tp in tps},
+        {tp.partition: starts[tp] for tp in tps},
+        {tp.partition: ends[tp] for tp in tps},
+    )
     return TopicRange(topic, spans)
 
 
@@ -191,10 +158,3 @@ def _tp(topic: str, partition: int, tps: list[TopicPartition]) -> TopicPartition
     if tp not in tps:
         raise ConfigError(f"partition {partition} is not part of this range of {topic}")
     return tp
-
-
-async def _at_time(
-    consumer: Offsets, tps: list[TopicPartition], ms: int, last: dict[TopicPartition, int]
-) -> dict[TopicPartition, int]:
-    found = await consumer.offsets_for_times({tp: ms for tp in tps})
-    return {tp: (found[tp].offset if found.get(tp) is not None else last[tp]) for tp in tps}

@@ -28,9 +28,8 @@ from pydantic import ValidationError
 
 from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.broker.clients import admin_client
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import ConfigError, TurnstreamError
-from pipeline.replay.ranges import TopicRange
-from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
 
 POLL_RECORDS = 500  # judged together: a group's members within them are scored at once

@@ -21,9 +21,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from pipeline.broker.bulk import BatchSender, Header, batch_sender, range_consumer
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import BrokerError, TurnstreamError
-from pipeline.replay.ranges import TopicRange
-from pipeline.replay.reader import read_range
 from pipeline.settings import Settings
 
 REPLAY_ID = "turnstream-replay-id"

@@ -194,8 +194,7 @@ def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...]) -> Offset
     the first record of each topic waits for a lookup of its own, and a starting worker
     judged nothing for about a second (benchmarks/saturation.py, 192 slots).
     """
-    from pipeline.replay.ranges import TopicRange
-    from pipeline.replay.reader import read_span
+    from pipeline.broker.reading import TopicRange, read_span
 
     def start_offsets(keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return group_starts(settings, group_id, {t for t, _ in keys} | set(topics))
