@@ -1,13 +1,16 @@
-"""The one range reader on a real broker: to the end, by offsets, by time, and its errors."""
+"""The one range reader on a real broker: to the end, by offsets, by time, and its errors;
+and the follower of live topics."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from pipeline.broker.bulk import range_consumer
+from pipeline.broker.following import Follower, log_ends, log_starts
 from pipeline.broker.reading import TopicRange, read_span, read_to_end, span_by_time
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
@@ -81,3 +84,32 @@ def test_a_range_that_cannot_finish_names_its_partition(settings: Settings) -> N
     beyond = TopicRange(topic, {0: (0, 5), 1: (0, 9)})  # partition 1 holds only 5 records
     with pytest.raises(BrokerError, match=rf"reading {topic} stalled.*partition 1 at 5 of 9"):
         read_span(settings, beyond, stall_s=2)
+
+
+def test_a_follower_reads_from_its_starts_and_says_when_it_has_caught_up(
+    settings: Settings,
+) -> None:
+    topic = make_topic(settings, "reading.follow", 2)
+    missing = settings.topic_prefix + "reading.nothing"
+    asyncio.run(fill(settings, topic))
+    assert log_starts(settings, [topic, missing]) == {(topic, 0): 0, (topic, 1): 0}
+    assert log_ends(settings, [topic, missing]) == {(topic, 0): 5, (topic, 1): 5}
+    follower = Follower(settings, [topic, missing], starts={(topic, 1): 3})
+    try:
+        got: list = []
+        deadline = time.monotonic() + 30
+        while not follower.caught_up() and time.monotonic() < deadline:
+            got += follower.poll(timeout_ms=200)
+        assert follower.caught_up()
+        # partition 0 from its log start, partition 1 from offset 3 (v7, v9)
+        assert values(got) == [(0, o, b"v%d" % (2 * o)) for o in range(5)] + [
+            (1, 3, b"v7"),
+            (1, 4, b"v9"),
+        ]
+        asyncio.run(fill(settings, topic))  # a live tail: later records arrive too
+        more: list = []
+        while len(more) < 10 and time.monotonic() < deadline:
+            more += follower.poll(timeout_ms=200)
+        assert len(more) == 10
+    finally:
+        follower.close()
