@@ -147,21 +147,15 @@ async def span_by_time(
     return TopicRange(topic, spans)
 
 
-async def partitions_of(consumer: Any, topic: str, servers: str) -> set[int]:
-    """The partitions of ``topic`` as the broker has them now; BrokerError naming the topic
-    when it does not exist.
+async def partitions_of(consumer: Any, topic: str) -> set[int]:
+    """The partitions of ``topic`` as the broker has them now (none: no such topic).
 
     A started aiokafka consumer knows only the topics of its last metadata refresh (a topic
     created since is missing for up to five minutes), so this asks the broker: the request
     aiokafka's public ``topics()`` makes, keeping the partitions it drops.
     """
     cluster = await consumer._client.fetch_all_metadata()
-    parts = cluster.partitions_for_topic(topic)
-    if not parts:
-        raise BrokerError(
-            f"topic {topic} does not exist on {servers}; create it with `turnstream topics apply`"
-        )
-    return set(parts)
+    return set(cluster.partitions_for_topic(topic) or ())
 
 
 async def read_range(
@@ -238,7 +232,12 @@ async def read_to_end_async(
     now, partition after partition; BrokerError when the topic does not exist or is not
     read within ``timeout_s``."""
     async with range_consumer(settings) as consumer:
-        parts = await partitions_of(consumer, topic, settings.bootstrap_servers)
+        parts = await partitions_of(consumer, topic)
+        if not parts:
+            raise BrokerError(
+                f"topic {topic} does not exist on {settings.bootstrap_servers}; "
+                "create it with `turnstream topics apply`"
+            )
         span = await span_by_time(consumer, topic, parts, since_ms=since_ms)
         return await _records(consumer, span, min(STALL_S, timeout_s), timeout_s)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from aiokafka import TopicPartition
 
-from pipeline.broker.reading import Offsets, TopicRange, at_time, clamp
+from pipeline.broker.bulk import range_consumer
+from pipeline.broker.reading import Offsets, TopicRange, at_time, clamp, partitions_of
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
@@ -89,33 +89,14 @@ def resolve(
     partitions: str | None = None,
 ) -> TopicRange:
     """The per-partition offsets of a time or offset range of ``topic``, as of now."""
-    from kafka import KafkaConsumer
+    request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
 
-    from pipeline.broker.clients import consumer_config
+    async def on_a_consumer() -> TopicRange:
+        async with range_consumer(settings) as consumer:
+            known = await partitions_of(consumer, topic)
+            return await resolve_on(settings, consumer, topic, known, request)
 
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        known = consumer.partitions_for_topic(topic)
-        request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
-        return asyncio.run(resolve_on(settings, _Awaitable(consumer), topic, known, request))
-    finally:
-        consumer.close()
-
-
-class _Awaitable:
-    """A kafka-python consumer's (blocking) offset look-ups, awaitable as :class:`Offsets`."""
-
-    def __init__(self, consumer: Any) -> None:
-        self._consumer = consumer
-
-    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict(self._consumer.beginning_offsets(tps))
-
-    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict(self._consumer.end_offsets(tps))
-
-    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]:
-        return dict(self._consumer.offsets_for_times(stamps))
+    return asyncio.run(on_a_consumer())
 
 
 async def resolve_on(
