@@ -229,8 +229,8 @@ async def read_to_end_async(
     settings: Settings, topic: str, timeout_s: float = TO_END_S, since_ms: int | None = None
 ) -> list[Any]:
     """Every record of ``topic`` from its log start (or ``since_ms``) to its end as of
-    now, partition after partition; BrokerError when the topic does not exist or is not
-    read within ``timeout_s``."""
+    now, in offset order within each partition; BrokerError when the topic does not exist
+    or is not read within ``timeout_s``."""
     async with range_consumer(settings) as consumer:
         parts = await partitions_of(consumer, topic)
         if not parts:
