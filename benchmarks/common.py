@@ -14,12 +14,11 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
-
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.following import log_ends
 from pipeline.broker.local import LocalKafka, free_port_pair
+from pipeline.broker.reading import read_to_end
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -162,32 +161,14 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def read_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+def read_all(settings: Settings, topic: str) -> list[Any]:
     """Every record of ``topic`` up to its current end, all partitions, in offset order."""
-    ends = {TopicPartition(topic, p): o for p, o in partition_ends(settings, topic).items()}
-    consumer = KafkaConsumer(**consumer_config(settings, None))
-    try:
-        consumer.assign(list(ends))
-        consumer.seek_to_beginning()
-        out: list[ConsumerRecord] = []
-        deadline = time.monotonic() + 120
-        while any(consumer.position(tp) < end for tp, end in ends.items()):
-            if time.monotonic() > deadline:
-                sys.exit(f"reading {topic} back did not reach its end within 120 s")
-            for tp, records in consumer.poll(timeout_ms=500).items():
-                out += [r for r in records if r.offset < ends[tp]]
-        return sorted(out, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
+    records = read_to_end(settings, topic, timeout_s=120)
+    return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
 def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
-    consumer = KafkaConsumer(**consumer_config(settings, None))
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        return {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
-    finally:
-        consumer.close()
+    return {p: end for (_topic, p), end in log_ends(settings, [topic]).items()}
 
 
 @contextmanager

@@ -4,7 +4,7 @@ Fills a topic with N records (8 partitions, ~0.5 KB each, as benchmarks/replay.p
 does), then times reading all of it, nothing else done with the records:
 
 - `kcat -C -e` to /dev/null (whole command, wall clock);
-- the shared range reader (``pipeline.broker.ranges.read_range``): what `turnstream
+- the shared range reader (``pipeline.broker.reading.read_range``): what `turnstream
   rescore`, `turnstream replay` and the scoring guard read with;
 - the trainer's range source (``RangeSource``, `turnstream train --from-topic`):
   the same reader in a thread, partition after partition, polled as the trainer
@@ -34,7 +34,7 @@ from replay import fill
 
 from pipeline.broker.bulk import range_consumer
 from pipeline.broker.clients import admin_client
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.settings import Settings
 from pipeline.training.sources import RangeSource
 

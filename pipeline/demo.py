@@ -20,12 +20,11 @@ from typing import Any
 
 import orjson
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.following import Follower, Partition, log_ends
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.events import Sample, decode_as
@@ -33,7 +32,7 @@ from pipeline.processes import Children, spawn_cli, tail
 from pipeline.produce import produce_file
 from pipeline.settings import Settings, shipped_file
 from pipeline.topics import admin
-from pipeline.topics.offsets import close_quickly, end_offsets, group_lag
+from pipeline.topics.offsets import end_offsets, group_lag
 
 STAGES = {
     "chat.turns": "turns in",
@@ -105,35 +104,22 @@ def start_trainer(settings: Settings, workdir: Path) -> tuple[subprocess.Popen[b
     return proc, metrics
 
 
-def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        return {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
-    finally:
-        close_quickly(consumer)
-
-
 class Watch:
     """What this run added so far: samples (by score, exclusion, vote) and training steps."""
 
-    def __init__(self, settings: Settings, scored_start: dict[int, int], metrics: Path) -> None:
-        topic = settings.topics.samples_scored.name
-        self.consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-        tps = [TopicPartition(topic, p) for p in self.consumer.partitions_for_topic(topic) or []]
-        self.consumer.assign(tps)
-        for tp in tps:
-            self.consumer.seek(tp, scored_start.get(tp.partition, 0))
+    def __init__(
+        self, settings: Settings, scored_start: dict[Partition, int], metrics: Path
+    ) -> None:
+        self.follower = Follower(settings, [settings.topics.samples_scored.name], scored_start)
         self.metrics = metrics
         self._metrics_seen = len(metrics.read_text().splitlines()) if metrics.exists() else 0
         self.samples: dict[str, Sample] = {}  # by sample_id: a redelivery counts once
         self.steps: list[dict[str, Any]] = []
 
     def poll(self) -> None:
-        for records in self.consumer.poll(timeout_ms=200).values():
-            for record in records:
-                sample = decode_as(Sample, record.value)
-                self.samples[sample.sample_id] = sample
+        for record in self.follower.poll(timeout_ms=200):
+            sample = decode_as(Sample, record.value)
+            self.samples[sample.sample_id] = sample
         if self.metrics.exists():
             data = self.metrics.read_bytes()  # once: the trainer may be appending
             rows = data.decode(errors="replace").splitlines()
@@ -153,7 +139,7 @@ class Watch:
         report.steps = list(self.steps)
 
     def close(self) -> None:
-        close_quickly(self.consumer)
+        self.follower.close()
 
 
 def progress_view(
@@ -258,7 +244,7 @@ def run_demo(
         console.print(f"judge: {describe_judge(settings)}")
         names = [spec.name for spec in settings.topics]
         before = end_offsets(settings, names)
-        scored_start = partition_ends(settings, settings.topics.samples_scored.name)
+        scored_start = log_ends(settings, [settings.topics.samples_scored.name])
         children = Children()  # stopped together: one timeout, not one per process
         cleanup.callback(children.stop)
         worker = children.add(start_worker(settings, workdir / "worker", workdir / "worker.log"))

@@ -1,6 +1,11 @@
-"""The Kafka side: client configuration and the embedded local broker.
+"""The Kafka side: clients from settings, reading topics, and the embedded local broker.
 
-The kafka-python clients are imported on first use, so the aiokafka paths
+:mod:`~pipeline.broker.reading` is the one reader of a topic range and of a
+topic to its end (aiokafka); :mod:`~pipeline.broker.following` follows live
+topics from plain threads and looks up partition ends (kafka-python);
+:mod:`~pipeline.broker.topics_check` checks that topics exist. Which client
+library is used where, and why: README.md, "Kafka clients". The kafka-python
+clients are imported on first use, so the aiokafka paths
 (:mod:`pipeline.broker.bulk`) start without loading kafka-python.
 """
 

@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
-
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.reading import read_to_end
 from pipeline.events import Sample, decode_as
 from pipeline.settings import Settings
 
@@ -42,23 +40,14 @@ def summarize(diffs: Sequence[float], samples: int) -> dict[str, Any]:
 
 def read_samples(settings: Settings, version: int, limit: int) -> list[Sample]:
     """Up to ``limit`` samples from samples.scored served by ``version`` with log-probs."""
-    topic = settings.topics.samples_scored.name
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        found: list[Sample] = []
-        while len(found) < limit and any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    sample = decode_as(Sample, record.value)
-                    if sample.policy_version == version and sample.response_logprobs:
-                        found.append(sample)
-        return found[:limit]
-    finally:
-        consumer.close()
+    found: list[Sample] = []
+    for record in read_to_end(settings, settings.topics.samples_scored.name):
+        sample = decode_as(Sample, record.value)
+        if sample.policy_version == version and sample.response_logprobs:
+            found.append(sample)
+            if len(found) == limit:
+                break
+    return found
 
 
 def measure(samples: Sequence[Sample], model_dir: Path) -> dict[str, Any]:

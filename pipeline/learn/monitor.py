@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
 
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.following import Follower
 from pipeline.events import Sample, decode_as
 from pipeline.learn.freshness import Push
 from pipeline.rewards.stats import cohen_kappa, confusion_table
@@ -111,25 +110,19 @@ class Monitor:
 
     def __post_init__(self) -> None:
         topics = self.settings.topics
-        self._consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))
-        tps = [
-            TopicPartition(name, p)
-            for name in (topics.samples_scored.name, topics.policy_versions.name)
-            for p in self._consumer.partitions_for_topic(name) or []
-        ]
-        self._consumer.assign(tps)
-        self._consumer.seek_to_beginning(*tps)
+        self._follower = Follower(
+            self.settings, [topics.samples_scored.name, topics.policy_versions.name]
+        )
         self._versions_topic = topics.policy_versions.name
         self._metrics = _Lines(self.metrics_path)
         self._ledger = _Lines(self.ledger_path)
 
     def poll(self) -> None:
-        for tp, records in self._consumer.poll(timeout_ms=200).items():
-            for record in records:
-                if tp.topic == self._versions_topic:
-                    self._push(record.value)
-                else:
-                    self._sample(record.value)
+        for record in self._follower.poll(timeout_ms=200):
+            if record.topic == self._versions_topic:
+                self._push(record.value)
+            else:
+                self._sample(record.value)
         self.steps += [orjson.loads(line) for line in self._metrics.new()]
         for line in self._ledger.new():
             step, sample_id = line.decode().split("\t", 1)
@@ -152,6 +145,4 @@ class Monitor:
         return max((p.version for p in self.pushes), default=0)
 
     def close(self) -> None:
-        # bounded: after a Ctrl-C inside poll(), kafka-python's close() could otherwise wait
-        # out its request timeout (305 s)
-        self._consumer.close(autocommit=False, timeout_ms=5000)
+        self._follower.close()  # bounded, even after a Ctrl-C inside poll()

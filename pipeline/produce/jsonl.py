@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 
 from pipeline.broker.bulk import BatchSender, batch_sender
+from pipeline.broker.topics_check import require_topics
 from pipeline.errors import EventDecodeError, TurnstreamError
 from pipeline.events import Message, SessionEnd, Turn, decode_input
-from pipeline.produce.producer import dead_letter_bytes, require_topics
+from pipeline.produce.producer import dead_letter_bytes
 from pipeline.settings import Settings
 
 Progress = Callable[[int], None]  # called with the bytes read since the last call

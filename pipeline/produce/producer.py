@@ -9,7 +9,8 @@ from typing import Any
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from pipeline.broker.clients import admin_client, producer
+from pipeline.broker.clients import producer
+from pipeline.broker.topics_check import require_topics
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.events import (
     DeadLetter,
@@ -22,6 +23,8 @@ from pipeline.events import (
 )
 from pipeline.settings import KafkaSettings, Settings, load_settings
 from pipeline.topics.spec import Topics
+
+__all__ = ["TurnProducer", "dead_letter_bytes", "require_topics"]  # require_topics: for SDK users
 
 
 class TurnProducer:
@@ -188,18 +191,3 @@ def dead_letter_bytes(
     """A dead letter for ``raw``, kept within the dead-letter topic's record size."""
     limit = topics.deadletter.max_message_bytes // 2  # room for base64 and fields
     return encode(dead_letter(stage, error, source, raw, ts, limit))
-
-
-def require_topics(settings: Settings, names: list[str], timeout_s: float = 15.0) -> None:
-    """Fail early, and say what to run, when the pipeline's topics do not exist."""
-    admin = admin_client(settings, timeout_ms=int(timeout_s * 1000))
-    try:
-        existing = set(admin.list_topics())
-    finally:
-        admin.close()
-    missing = [n for n in names if n not in existing]
-    if missing:
-        raise BrokerError(
-            f"topic(s) {missing} do not exist on {settings.bootstrap_servers}; "
-            "create them with `turnstream topics apply`"
-        )

@@ -7,10 +7,9 @@ import threading
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.backoff import RetryPolicy, retry
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.following import Follower
 from pipeline.proxy import metrics
 
 log = logging.getLogger(__name__)
@@ -68,26 +67,16 @@ class PolicyVersions:
         self._caught_up.set()
 
     def _follow(self) -> None:
-        consumer = KafkaConsumer(**consumer_config(self.settings, group_id=None))
+        follower = Follower(self.settings, [self.topic])
         try:
-            tps = [
-                TopicPartition(self.topic, p)
-                for p in consumer.partitions_for_topic(self.topic) or []
-            ]
-            if not tps:
+            if not follower.partitions:
                 log.warning("topic %s does not exist: turns carry no policy version", self.topic)
                 return
-            consumer.assign(tps)
-            consumer.seek_to_beginning(*tps)
-            ends = consumer.end_offsets(tps)
             while not self._stop.is_set():
-                for records in consumer.poll(timeout_ms=500).values():
-                    for record in records:
-                        self.observe(record.value)
-                if not self._caught_up.is_set() and all(
-                    consumer.position(tp) >= ends[tp] for tp in tps
-                ):
+                for record in follower.poll(timeout_ms=500):
+                    self.observe(record.value)
+                if not self._caught_up.is_set() and follower.caught_up():
                     self._caught_up.set()
         finally:
             self._caught_up.set()
-            consumer.close()
+            follower.close()

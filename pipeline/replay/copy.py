@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from pipeline.broker.bulk import range_consumer
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range, span_by_time
 from pipeline.errors import ConfigError
 from pipeline.replay.ranges import RangeRequest, resolve_on
 from pipeline.replay.share import (
@@ -173,20 +173,16 @@ async def _copied_sources(
     report: ReplayReport,
 ) -> set[str]:
     """Sources already copied into ``target`` by this replay id (none in an empty target)."""
-    tps = [TopicPartition(target, p) for p in partitions]
-    ends = await consumer.end_offsets(tps)
-    firsts = await consumer.beginning_offsets(tps)
-    if all(ends[tp] <= firsts[tp] for tp in tps):
+    if (await span_by_time(consumer, target, partitions)).total == 0:
         return set()
     first_ts = await _first_timestamp(settings, span)
     if first_ts is None:
         return set()
     since_ms = max(0, first_ts - SCAN_SLACK_MS)
-    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
-    spans = {tp.partition: (at.offset, ends[tp]) for tp, at in starts.items() if at is not None}
+    recent = await span_by_time(consumer, target, partitions, since_ms=since_ms)
     found: set[str] = set()
     wanted = report.replay_id.encode()
-    async for fetched in read_range(consumer, TopicRange(target, spans)):
+    async for fetched in read_range(consumer, recent):
         for records in fetched.values():
             for rec in records:
                 headers = dict(rec.headers)

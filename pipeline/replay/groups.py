@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka import OffsetAndMetadata, TopicPartition
 
-from pipeline.broker.clients import admin_client, consumer_config
-from pipeline.broker.ranges import TopicRange
+from pipeline.broker.clients import admin_client
+from pipeline.broker.following import log_ends
+from pipeline.broker.reading import TopicRange
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.replay.ranges import parse_time, resolve
 from pipeline.settings import Settings
@@ -36,26 +37,22 @@ class GroupView:
 
 def describe(settings: Settings, group: str, topics: list[str] | None = None) -> GroupView:
     admin = admin_client(settings)
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
     try:
         info = admin.describe_groups([group]).get(group, {})
         committed = admin.list_group_offsets(group).get(group, {})
-        names = sorted(set(topics or []) | {tp.topic for tp in committed})
-        tps = [TopicPartition(t, p) for t in names for p in consumer.partitions_for_topic(t) or []]
-        ends = consumer.end_offsets(tps) if tps else {}
-        positions = [
-            PartitionPosition(
-                tp.topic,
-                tp.partition,
-                committed[tp].offset if tp in committed else None,
-                ends[tp],
-            )
-            for tp in sorted(tps)
-        ]
-        return GroupView(group, _state(info), _members(info), positions)
     finally:
-        consumer.close()
         admin.close()
+    names = sorted(set(topics or []) | {tp.topic for tp in committed})
+    positions = [
+        PartitionPosition(
+            topic,
+            partition,
+            committed[tp].offset if (tp := TopicPartition(topic, partition)) in committed else None,
+            end,
+        )
+        for (topic, partition), end in sorted(log_ends(settings, names).items())
+    ]
+    return GroupView(group, _state(info), _members(info), positions)
 
 
 def _state(info: Any) -> str:

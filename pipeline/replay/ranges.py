@@ -1,4 +1,4 @@
-"""Ranges of a topic: times and offsets resolved per partition.
+"""Ranges of a topic as the user asks for them: times and offsets resolved per partition.
 
 A range is half-open per partition, ``[start, end)`` in offsets. Times are
 ISO 8601 (``2026-11-30T10:00:00Z``; no zone means UTC) or epoch milliseconds,
@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
-from pipeline.broker.ranges import TopicRange
+from pipeline.broker.bulk import range_consumer
+from pipeline.broker.reading import Offsets, TopicRange, at_time, clamp, partitions_of
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
@@ -89,43 +89,14 @@ def resolve(
     partitions: str | None = None,
 ) -> TopicRange:
     """The per-partition offsets of a time or offset range of ``topic``, as of now."""
-    from kafka import KafkaConsumer
+    request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
 
-    from pipeline.broker.clients import consumer_config
+    async def on_a_consumer() -> TopicRange:
+        async with range_consumer(settings) as consumer:
+            known = await partitions_of(consumer, topic)
+            return await resolve_on(settings, consumer, topic, known, request)
 
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        known = consumer.partitions_for_topic(topic)
-        request = RangeRequest(since, until, start_offsets, end_offsets, partitions)
-        return asyncio.run(resolve_on(settings, _Awaitable(consumer), topic, known, request))
-    finally:
-        consumer.close()
-
-
-class Offsets(Protocol):
-    """The offset look-ups of a consumer, as aiokafka's consumer has them."""
-
-    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
-
-    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
-
-    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]: ...
-
-
-class _Awaitable:
-    """A kafka-python consumer's (blocking) offset look-ups, awaitable as :class:`Offsets`."""
-
-    def __init__(self, consumer: Any) -> None:
-        self._consumer = consumer
-
-    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict(self._consumer.beginning_offsets(tps))
-
-    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict(self._consumer.end_offsets(tps))
-
-    async def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[Any, Any]:
-        return dict(self._consumer.offsets_for_times(stamps))
+    return asyncio.run(on_a_consumer())
 
 
 async def resolve_on(
@@ -147,17 +118,19 @@ async def resolve_on(
     starts = {tp: first[tp] for tp in tps}
     ends = {tp: last[tp] for tp in tps}
     if request.since is not None:
-        starts = await _at_time(consumer, tps, parse_time(request.since, "--since"), last)
+        starts = await at_time(consumer, tps, parse_time(request.since, "--since"), last)
     if request.until is not None:
-        ends = await _at_time(consumer, tps, parse_time(request.until, "--until"), last)
+        ends = await at_time(consumer, tps, parse_time(request.until, "--until"), last)
     for p, off in parse_offsets(request.start_offsets, "--start-offsets").items():
         starts[_tp(topic, p, tps)] = off
     for p, off in parse_offsets(request.end_offsets, "--end-offsets").items():
         ends[_tp(topic, p, tps)] = off
-    spans = {
-        tp.partition: (max(starts[tp], first[tp]), min(max(ends[tp], starts[tp]), last[tp]))
-        for tp in tps
-    }
+    spans = clamp(
+        {tp.partition: first[tp] for tp in tps},
+        {tp.partition: last[tp] for tp in tps},
+        {tp.partition: starts[tp] for tp in tps},
+        {tp.partition: ends[tp] for tp in tps},
+    )
     return TopicRange(topic, spans)
 
 
@@ -166,10 +139,3 @@ def _tp(topic: str, partition: int, tps: list[TopicPartition]) -> TopicPartition
     if tp not in tps:
         raise ConfigError(f"partition {partition} is not part of this range of {topic}")
     return tp
-
-
-async def _at_time(
-    consumer: Offsets, tps: list[TopicPartition], ms: int, last: dict[TopicPartition, int]
-) -> dict[TopicPartition, int]:
-    found = await consumer.offsets_for_times({tp: ms for tp in tps})
-    return {tp: (found[tp].offset if found.get(tp) is not None else last[tp]) for tp in tps}

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from pipeline.broker.bulk import batch_sender, range_consumer
 from pipeline.broker.clients import admin_client
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import ConfigError, TurnstreamError
 from pipeline.scoring.build import build_stage
 from pipeline.settings import Settings

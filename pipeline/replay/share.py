@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from pipeline.broker.bulk import BatchSender, Header, batch_sender, range_consumer
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import BrokerError, TurnstreamError
 from pipeline.settings import Settings
 

@@ -93,7 +93,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     if settings.scoring.event_loop == "uvloop":
         mode.loop.use("uvloop")  # before anything makes a loop
 
-    from pipeline.produce.producer import require_topics
+    from pipeline.broker.topics_check import require_topics
 
     t = settings.topics
     inputs_and_outputs = (t.chat_turns, t.turns_paired, t.samples_scored, t.samples_retry,

@@ -1,8 +1,8 @@
-"""Read topic positions: how many records each topic holds."""
+"""Read topic positions: how many records each topic holds, and how far a group lags."""
 
 from __future__ import annotations
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -10,29 +10,18 @@ from kafka.errors import (
     NotCoordinatorError,
 )
 
-from pipeline.broker.clients import consumer_config
+from pipeline.broker.following import log_ends
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 
 
-def close_quickly(consumer: KafkaConsumer) -> None:
-    """Close within 5 s: interrupted mid-request (Ctrl-C), kafka-python's close() would
-    otherwise wait out its request timeout (305 s) before the caller's cleanup runs."""
-    consumer.close(autocommit=False, timeout_ms=5000)
-
-
 def end_offsets(settings: Settings, topics: list[str]) -> dict[str, int]:
-    """Sum over partitions of each topic's end offset (records ever written)."""
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        totals: dict[str, int] = {}
-        for topic in topics:
-            parts = consumer.partitions_for_topic(topic) or set()
-            tps = [TopicPartition(topic, p) for p in parts]
-            totals[topic] = sum(consumer.end_offsets(tps).values()) if tps else 0
-        return totals
-    finally:
-        close_quickly(consumer)
+    """Sum over partitions of each topic's end offset (records ever written); a topic
+    that does not exist holds 0."""
+    totals = dict.fromkeys(topics, 0)
+    for (topic, _partition), end in log_ends(settings, topics).items():
+        totals[topic] += end
+    return totals
 
 
 def group_lag(settings: Settings, group_id: str, topics: list[str]) -> int | None:
@@ -44,29 +33,20 @@ def group_lag(settings: Settings, group_id: str, topics: list[str]) -> int | Non
     from pipeline.broker.clients import admin_client
 
     try:  # a broker that is down or restarting cannot tell either
-        consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    except KafkaError:
-        return None
-    try:
+        ends = log_ends(settings, topics)
         admin = admin_client(settings)
-    except BrokerError:
-        close_quickly(consumer)
+    except (KafkaError, BrokerError):
         return None
     try:
-        tps = [
-            TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or set()
-        ]
-        ends = consumer.end_offsets(tps)
-        try:
-            committed = admin.list_group_offsets({group_id: tps}).get(group_id, {})
-        except (CoordinatorNotAvailableError, NotCoordinatorError, CoordinatorLoadInProgressError):
-            return None
-        return sum(
-            end - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
-            for tp, end in ends.items()
-        )
+        tps = [TopicPartition(t, p) for t, p in ends]
+        committed = admin.list_group_offsets({group_id: tps}).get(group_id, {})
+    except (CoordinatorNotAvailableError, NotCoordinatorError, CoordinatorLoadInProgressError):
+        return None
     except KafkaError:
         return None
     finally:
         admin.close()
-        close_quickly(consumer)
+    return sum(
+        end - (c.offset if (c := committed.get(TopicPartition(t, p))) and c.offset >= 0 else 0)
+        for (t, p), end in ends.items()
+    )

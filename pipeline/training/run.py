@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline.broker.ranges import TopicRange
+from pipeline.broker.reading import TopicRange
 from pipeline.settings import Settings
 from pipeline.training.checkpoint import TrainerState
 from pipeline.training.config import TrainerConfig

@@ -24,7 +24,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pipeline.backoff import RetryPolicy
 from pipeline.broker.bulk import range_consumer
 from pipeline.broker.clients import consumer_config
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 from pipeline.training.checkpoint import commit_waiting
@@ -103,7 +103,7 @@ class RangeSource:
     """Exactly ``span``, one partition at a time in offset order, under its own group.
 
     The records come from the shared range reader
-    (:func:`~pipeline.broker.ranges.read_range`, aiokafka's large fetches) in a
+    (:func:`~pipeline.broker.reading.read_range`, aiokafka's large fetches) in a
     background thread, a few fetches ahead of the trainer; the kafka-python
     consumer only commits the group's offsets.
     """

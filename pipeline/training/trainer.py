@@ -20,7 +20,7 @@ import torch
 from kafka import KafkaProducer
 
 from pipeline.broker.clients import producer
-from pipeline.broker.ranges import TopicRange
+from pipeline.broker.reading import TopicRange
 from pipeline.deadletters import DeadLetters
 from pipeline.settings import Settings
 from pipeline.training.batch import TokenizedSample, micro_batches, step_baseline, step_totals

@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
 from pipeline.broker.bulk import range_consumer
-from pipeline.broker.ranges import TopicRange, read_range
+from pipeline.broker.reading import TopicRange, read_range
 from pipeline.settings import Settings
 from tests.kafka.helpers import make_topic
 

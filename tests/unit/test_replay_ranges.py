@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.broker.ranges import TopicRange
+from pipeline.broker.reading import TopicRange
 from pipeline.errors import ConfigError
 from pipeline.replay.copy import replay_id_for
 from pipeline.replay.ranges import parse_offsets, parse_partitions, parse_time

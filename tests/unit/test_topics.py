@@ -133,13 +133,14 @@ def test_group_lag_is_unknown_while_the_broker_is_unreachable(
     from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
     import pipeline.broker.clients as clients
+    import pipeline.broker.following as following
     import pipeline.topics.offsets as offsets
     from pipeline.settings import Settings
 
     def refuse(**_kw: object) -> None:
         raise KafkaTimeoutError("Unable to bootstrap")
 
-    monkeypatch.setattr(offsets, "KafkaConsumer", refuse)
+    monkeypatch.setattr(following, "KafkaConsumer", refuse)
     assert offsets.group_lag(Settings(), "g", ["t"]) is None
 
     class Lost:
@@ -149,6 +150,6 @@ def test_group_lag_is_unknown_while_the_broker_is_unreachable(
         def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
             pass
 
-    monkeypatch.setattr(offsets, "KafkaConsumer", lambda **_kw: Lost())
+    monkeypatch.setattr(following, "KafkaConsumer", lambda **_kw: Lost())
     monkeypatch.setattr(clients, "admin_client", lambda _settings: Lost())
     assert offsets.group_lag(Settings(), "g", ["t"]) is None

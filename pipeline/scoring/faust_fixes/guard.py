@@ -167,24 +167,19 @@ class OffsetGuard:
 def group_starts(settings: Any, group_id: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
     """Where ``group_id`` resumes on every partition of ``topics``: its committed offset,
     or the log start where it has none (or retention trimmed past it)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from pipeline.broker.clients import admin_client, consumer_config
+    from pipeline.broker.clients import admin_client
+    from pipeline.broker.following import log_starts
 
     admin = admin_client(settings)
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
     try:
         committed = admin.list_group_offsets(group_id).get(group_id, {})
-        starts = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
-        tps = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or []]
-        for tp, first in consumer.beginning_offsets(tps).items():
-            key = (tp.topic, tp.partition)
-            if starts.get(key, -1) < first:  # never committed, or trimmed by retention
-                starts[key] = first
-        return starts
     finally:
-        consumer.close()
         admin.close()
+    starts = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+    for key, first in log_starts(settings, topics).items():
+        if starts.get(key, -1) < first:  # never committed, or trimmed by retention
+            starts[key] = first
+    return starts
 
 
 def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...]) -> OffsetGuard:
@@ -194,7 +189,7 @@ def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...]) -> Offset
     the first record of each topic waits for a lookup of its own, and a starting worker
     judged nothing for about a second (benchmarks/saturation.py, 192 slots).
     """
-    from pipeline.broker.ranges import TopicRange, read_span
+    from pipeline.broker.reading import TopicRange, read_span
 
     def start_offsets(keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return group_starts(settings, group_id, {t for t, _ in keys} | set(topics))
