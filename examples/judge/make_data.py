@@ -12,6 +12,12 @@ The two splits share no task, assistant output, reply phrasing, correction templ
 tool-output shape: each split draws every template slot from its own pool, and the
 script asserts that no task, assistant output or next-state text occurs in both, so the
 held-out score measures judging rather than recall of training sentences.
+
+In the train split, thanks, vague and unrelated replies follow any assistant output,
+wrong and long ones too (``OUTPUTS_FOR_ANY_REPLY``): were wrong outputs only ever
+followed by corrections, a judge could score the output it recognises and ignore the
+reply, which no held-out output rewards. The held-out split is drawn as it was first
+written, so its figures compare across versions of the training data.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ USER_SPLIT = {
     -1: {"user_correction": 0.40, "user_redo": 0.17, "user_rephrase": 0.17, "user_shorten": 0.26},
     0: {"user_vague": 0.67, "user_unrelated": 0.33},
 }
+# Splits whose thanks, vague and unrelated replies follow any output, wrong and long ones too
+# (the held-out split is kept as it was first written, so its figures stay comparable).
+OUTPUTS_FOR_ANY_REPLY = {"train"}
 MAX_WORDS = {"task": 30, "output": 90, "next": 60}
 MAX_TOOL_LINES = 12
 
@@ -717,6 +726,11 @@ TRAIN_CORRECTIONS = (
     "That's incorrect: {right}.", "Not quite. {Right}.", "wrong one. {Right}",
     "Hmm, I'm pretty sure it's {right}.", "You gave {wrong}; the right one is {right}.",
     "Should be {right}.", "thanks but it's {right} actually",
+    "No no, {right}.", "Wrong, it's {right}.", "{Right} is the right one.", "Hm, no: {right}.",
+    "Great, but it's actually {right}, not {wrong}.", "Mistake there: {right}, not {wrong}.",
+    "That's {wrong}, I need {right}.", "The answer is {right}.", "Not {wrong}. {Right}.",
+    "ok but that's wrong, {right}", "Right idea, wrong answer: it's {right}.",
+    "Incorrect. It is {right}.",
 )
 
 TRAIN_REDO = (
@@ -724,6 +738,9 @@ TRAIN_REDO = (
     "This isn't it, have another go.", "That doesn't answer my question.", "Nope. Start over.",
     "You misunderstood, try once more.", "That's off. Do it again, properly.",
     "Not what I wanted, please try again.",
+    "One more time please.", "Wrong, try it again.", "Give it another try.",
+    "Nope, that's not it. Again.", "Please try that again from scratch.", "Not right, retry.",
+    "Can you do that over?", "That missed the point, redo it.",
 )
 
 TRAIN_VAGUE = (
@@ -734,6 +751,8 @@ TRAIN_VAGUE = (
     "uh", "ok so", "Can't tell yet.", "We'll see.", "Give me a minute.", "ok, anyway", "Huh.",
     "oh", "ok hold on", "mhm", "k", "ok, I'll ask Sam what he thinks", "possibly",
     "Okay. Let me check something first.",
+    "gimme a sec", "back in 5", "will see", "hmm, not sure about that", "okay then",
+    "I'll mull it over.",
 )
 
 TRAIN_UNRELATED = (
@@ -743,6 +762,10 @@ TRAIN_UNRELATED = (
     "Hm, my coffee went cold.", "By the way, my neighbour is drilling again.",
     "Do you like jazz?", "I'm in a meeting, talk later.", "Where did I leave my keys...",
     "My train is delayed again.",
+    "Off topic, but what's a good pizza place?", "My phone battery is almost dead.",
+    "Ugh, Mondays.", "Is it Friday yet?", "I need to walk the dog in a bit.",
+    "Do you know any good podcasts?", "Sorry, my boss just walked in.",
+    "Random: what's your favourite colour?",
 )
 
 TRAIN_TOOLS = (
@@ -1849,17 +1872,29 @@ class Maker:
     def draw(self, name: str) -> Any:
         return self.cycles[name].next()
 
+    def any_output(self) -> tuple[str, str]:
+        """A task and its output for a reply that does not depend on the output (thanks,
+        vague, unrelated). In a split in OUTPUTS_FOR_ANY_REPLY it is any output, wrong and
+        long ones too, so that an output never tells its label: the reply must."""
+        pool = "good"
+        if self.split in OUTPUTS_FOR_ANY_REPLY:
+            pool = self.rng.choices(("good", "mistakes", "longs"), weights=(5, 3, 2))[0]
+        drawn = self.draw(pool)
+        return drawn.task, drawn.output
+
     def user(self, category: str, label: int) -> dict[str, Any]:
         rng, p = self.rng, self.pools
-        if label in (0, 1):
+        if category == "user_move_on":
             good: Good = self.draw("good")
+            text = self.draw("move_on").format(f=rng.choice(good.follow_ups))
+            return make_item(self.split, category, label, good.task, good.output, "user", text)
+        if label in (0, 1):
+            task, output = self.any_output()
             if category == "user_confirm":
                 text = self.draw("thanks")
-            elif category == "user_move_on":
-                text = self.draw("move_on").format(f=rng.choice(good.follow_ups))
             else:
                 text = self.draw("vague" if category == "user_vague" else "unrelated")
-            return make_item(self.split, category, label, good.task, good.output, "user", text)
+            return make_item(self.split, category, label, task, output, "user", text)
         if category == "user_shorten":
             long: Long = self.draw("longs")
             form = rng.choice([f for f in p.forms if long.kind in f.kinds])

@@ -5,8 +5,9 @@ tokens), and so does every hint prompt. Training the top layers only, the
 frozen layers' output for a prompt never changes: it is computed once per
 example (:func:`frozen_states`), and for the shared prefix once per kind. Each
 training step runs the trained layers over the prefix once (batch 1, with its
-gradient) and over each example's own suffix with the prefix's keys and values
-in front (:class:`PrefixKV`), then the output head on the answer positions only.
+gradient) and over the batch's suffixes packed into one row, each with the
+prefix's keys and values in front (:class:`PrefixKV`) and a mask that keeps the
+suffixes apart, then the output head on the answer positions only.
 
 Transformers' attention asks its cache for one thing, ``update(key, value,
 layer_idx)``, returning the keys and values to attend to: :class:`PrefixKV`
@@ -77,8 +78,42 @@ def run_layers(
 ) -> torch.Tensor:
     """``hidden`` [B, S, D] at positions start.., through ``layers``, after ``kv``'s prefix."""
     positions = torch.arange(start, start + hidden.shape[1])[None]
+    return _through(model, layers, hidden, positions, causal_mask(hidden.shape[1], start), kv)
+
+
+def packed_mask(lengths: Sequence[int], start: int) -> torch.Tensor:
+    """[1, 1, T, start + T] bool for sequences of ``lengths`` packed into one row of T tokens:
+    a token sees the prefix, and the tokens of its own sequence up to itself."""
+    segment = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(list(lengths)))
+    index = torch.arange(segment.shape[0])
+    own = (segment[:, None] == segment[None, :]) & (index[None, :] <= index[:, None])
+    prefix = torch.ones(segment.shape[0], start, dtype=torch.bool)
+    return torch.cat([prefix, own], dim=1)[None, None]
+
+
+def run_packed(
+    model: Any,
+    layers: Sequence[torch.nn.Module],
+    hidden: torch.Tensor,
+    lengths: Sequence[int],
+    start: int,
+    kv: PrefixKV,
+) -> torch.Tensor:
+    """Sequences of ``lengths`` packed in ``hidden`` [1, T, D], each at positions start..,
+    through ``layers`` after ``kv``'s prefix: as if each ran alone, with no padding."""
+    positions = torch.cat([torch.arange(start, start + n) for n in lengths])[None]
+    return _through(model, layers, hidden, positions, packed_mask(lengths, start), kv)
+
+
+def _through(
+    model: Any,
+    layers: Sequence[torch.nn.Module],
+    hidden: torch.Tensor,
+    positions: torch.Tensor,
+    mask: torch.Tensor,
+    kv: PrefixKV,
+) -> torch.Tensor:
     rotary = model.model.rotary_emb(hidden, positions)
-    mask = causal_mask(hidden.shape[1], start)
     for layer in layers:
         hidden = layer(
             hidden,
@@ -162,16 +197,14 @@ def answer_logits(
     positions: Sequence[Sequence[int]],
 ) -> torch.Tensor:
     """Logits [sum of len(positions[i]), V] at the given suffix positions of each example,
-    through the trained layers, the final norm and the output head."""
+    through the trained layers, the final norm and the output head. The suffixes run packed
+    into one row (no padding: they differ in length by a factor of two or more)."""
     kv = PrefixKV()
     run_layers(split.model, split.trained, prefix_state, 0, kv)
     kv.recording = False
-    width = max(s.shape[0] for s in suffix_states)
-    hidden = prefix_state.new_zeros(len(suffix_states), width, prefix_state.shape[-1])
-    for row, state in enumerate(suffix_states):
-        hidden[row, : state.shape[0]] = state
-    out = run_layers(split.model, split.trained, hidden, prefix_state.shape[1], kv)
-    rows = torch.tensor([r for r, pos in enumerate(positions) for _ in pos])
-    cols = torch.tensor([c for pos in positions for c in pos])
-    picked = split.model.model.norm(out[rows, cols])
-    return split.model.lm_head(picked)
+    lengths = [s.shape[0] for s in suffix_states]
+    hidden = torch.cat(list(suffix_states))[None]
+    out = run_packed(split.model, split.trained, hidden, lengths, prefix_state.shape[1], kv)
+    starts = [sum(lengths[:row]) for row in range(len(lengths))]
+    picked = torch.tensor([starts[row] + c for row, pos in enumerate(positions) for c in pos])
+    return split.model.lm_head(split.model.model.norm(out[0, picked]))

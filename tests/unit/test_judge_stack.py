@@ -6,7 +6,13 @@ import torch
 from transformers import LlamaForCausalLM
 
 from pipeline.judge_model.examples import shared_prefix
-from pipeline.judge_model.stack import Split, answer_logits, causal_mask, frozen_states
+from pipeline.judge_model.stack import (
+    Split,
+    answer_logits,
+    causal_mask,
+    frozen_states,
+    packed_mask,
+)
 from tests.servers import tiny_llama_config
 
 
@@ -52,3 +58,12 @@ def test_only_the_top_layers_and_norm_train() -> None:
     split = Split(model, top=1)
     names = {n for n, p in model.named_parameters() if any(p is q for q in split.trainable())}
     assert names and all(n.startswith(("model.layers.3.", "model.norm.")) for n in names)
+
+
+def test_packed_mask_keeps_sequences_apart_and_sees_the_prefix() -> None:
+    mask = packed_mask([2, 1], start=1)[0, 0]
+    assert mask.tolist() == [
+        [True, True, False, False],
+        [True, True, True, False],
+        [True, False, False, True],
+    ]
