@@ -66,6 +66,6 @@ def test_the_default_judge_agrees_with_the_heldout_gold_set(
     assert trained.n == len(items) and not trained.failed
     assert trained.kappa is not None and rules.kappa is not None
     assert trained.kappa >= rules.kappa + 0.15
-    # measured 0.62 (rules 0.34) for the judge built at this data and these options; the
-    # goal is 0.8: a judge that falls below what it reached here has regressed
-    assert trained.kappa >= 0.55
+    # measured 0.686 (rules 0.34) for the judge built at this data and these options, 0.62
+    # for the one before it; the goal is 0.8: a judge below its predecessor has regressed
+    assert trained.kappa >= 0.62
