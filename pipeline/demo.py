@@ -1,4 +1,7 @@
-"""`turnstream demo`: the whole pipeline on this machine, with live progress per stage.
+"""`turnstream demo --recorded`: the pipeline on recorded sessions, with live progress per stage.
+
+(The live demo, `turnstream demo` without `--recorded`, is `turnstream learn` without its
+control run: see :mod:`pipeline.learn.run`.)
 
 Broker (started if none is configured) → topics → a scoring worker and a
 trainer (a tiny random policy on CPU) side by side → the shipped example

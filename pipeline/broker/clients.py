@@ -28,8 +28,8 @@ from pipeline.broker.connection import (
 )
 from pipeline.broker.gzip_level import use_gzip_level
 from pipeline.errors import BrokerError
+from pipeline.library_versions import require_tested
 from pipeline.settings import Settings
-from pipeline.versions import require_tested
 
 # _AuthFailsFastManager's kafka-python: its manager's _connect and _auth_failures
 TESTED: dict[str, tuple[str, ...]] = {"kafka-python": ("3.0.",)}

@@ -25,7 +25,7 @@ import zlib
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.versions import require_tested
+from pipeline.library_versions import require_tested
 
 TESTED = {"aiokafka": ("0.12.", "0.13.", "0.14."), "kafka-python": ("3.0.",)}
 BUILDERS = {  # per library, the modules whose batch builder calls the global name gzip_encode

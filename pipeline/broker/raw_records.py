@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.versions import require_tested
+from pipeline.library_versions import require_tested
 
 TESTED: dict[str, tuple[str, ...]] = {"aiokafka": ("0.12.", "0.13.", "0.14.")}
 

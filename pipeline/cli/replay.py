@@ -95,10 +95,10 @@ def show(
     topic: list[str] = typer.Option(None, help="also show these topics (logical or real name)"),
 ) -> None:
     """Committed offset, end offset and lag per partition, and the group's members."""
-    from pipeline.replay import groups
+    from pipeline.replay import group_offsets
 
     settings = load_settings()
-    view = groups.describe(settings, group, [physical(settings, t) for t in topic or []])
+    view = group_offsets.describe(settings, group, [physical(settings, t) for t in topic or []])
     console.print(f"group {view.group}: {view.state}, {len(view.members)} member(s)")
     for member in view.members:
         console.print(f"  {member}", highlight=False)
@@ -127,11 +127,11 @@ def reset(
     partitions: str = PARTITIONS,
 ) -> None:
     """Move a group's committed offsets. Refused while the group has active members."""
-    from pipeline.replay import groups
+    from pipeline.replay import group_offsets
 
     settings = load_settings()
     name = physical(settings, topic)
-    moved = groups.reset(
+    moved = group_offsets.reset(
         settings, group, name, to_time, to_offset, to_earliest, to_latest, partitions
     )
     for partition, offset in sorted(moved.items()):

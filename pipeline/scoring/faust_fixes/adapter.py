@@ -25,7 +25,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from mode.utils.loops import get_event_loop
 
-from pipeline.versions import require_tested
+from pipeline.library_versions import require_tested
 
 TESTED = {
     "faust-streaming": ("0.15.",),

@@ -30,7 +30,7 @@ from typing import Any
 
 from mode.services import WaitResults
 
-from pipeline.versions import require_tested
+from pipeline.library_versions import require_tested
 
 TESTED: dict[str, tuple[str, ...]] = {"faust-streaming": ("0.15.",), "mode-streaming": ("0.7.",)}
 
