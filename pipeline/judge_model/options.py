@@ -12,7 +12,7 @@ class TuneOptions:
     top_layers: int = field(default=4, metadata={"help": "decoder layers trained (from the top)"})
     epochs: int = field(default=3, metadata={"help": "passes over the training examples"})
     batch_size: int = field(default=8, metadata={"help": "examples per optimizer step"})
-    lr: float = field(default=3e-4, metadata={"help": "AdamW learning rate"})
+    lr: float = field(default=5e-4, metadata={"help": "AdamW learning rate"})
     seed: int = field(default=0, metadata={"help": "shuffling and initialisation"})
 
 

@@ -66,6 +66,7 @@ def test_the_default_judge_agrees_with_the_heldout_gold_set(
     assert trained.n == len(items) and not trained.failed
     assert trained.kappa is not None and rules.kappa is not None
     assert trained.kappa >= rules.kappa + 0.15
-    # measured 0.686 (rules 0.34) for the judge built at this data and these options, 0.62
-    # for the one before it; the goal is 0.8: a judge below its predecessor has regressed
-    assert trained.kappa >= 0.62
+    # measured 0.817 (rules 0.34) for the judge built at this data and these options (the
+    # goal: 0.8); its votes are sampled at temperature 0.6, so the floor leaves room for
+    # that, and a judge below it has regressed (the one before this data scored 0.62)
+    assert trained.kappa >= 0.75
