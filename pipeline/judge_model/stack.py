@@ -198,7 +198,10 @@ def answer_logits(
 ) -> torch.Tensor:
     """Logits [sum of len(positions[i]), V] at the given suffix positions of each example,
     through the trained layers, the final norm and the output head. The suffixes run packed
-    into one row (no padding: they differ in length by a factor of two or more)."""
+    into one row (no padding: they differ in length by a factor of two or more). The row's
+    attention grows with the square of the batch's tokens, where padded rows grow with the
+    batch times the longest squared: at a judge's 8-16 suffixes of ~100 tokens that costs
+    less than the padding it saves (benchmarks/judge_step.py)."""
     kv = PrefixKV()
     run_layers(split.model, split.trained, prefix_state, 0, kv)
     kv.recording = False
