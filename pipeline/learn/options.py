@@ -41,6 +41,11 @@ class LearnOptions:
     trainer_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.eval_every < 0:
+            raise ConfigError(
+                f"eval_every (--eval-every) is {self.eval_every}: give 0 (no evaluation while "
+                "learning) or N > 0 (every Nth version pushed)"
+            )
         if self.max_ahead is not None and self.max_ahead < self.batch_size:
             raise ConfigError(
                 f"max_ahead {self.max_ahead} is below the batch size {self.batch_size}: the "

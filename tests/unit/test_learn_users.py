@@ -291,3 +291,11 @@ def test_every_fourth_version_before_the_last_is_evaluated() -> None:
     run.options = LearnOptions(steps=16, eval_every=0)
     LearnRun._evaluate_pushed(run, 4)  # type: ignore[arg-type]
     assert len(evaluated) == 3
+
+
+def test_a_negative_eval_every_is_refused_with_its_flag() -> None:
+    from pipeline.learn.options import LearnOptions
+
+    with pytest.raises(ConfigError, match=r"--eval-every\) is -4"):
+        LearnOptions(eval_every=-4)
+    assert LearnOptions(eval_every=0).eval_every == 0
