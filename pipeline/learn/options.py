@@ -73,6 +73,7 @@ class LearnOptions:
             "update_weights_interval": 1,
             "max_seq_len": 512,
             "train_top_layers": self.train_top_layers,
+            "checkpoint_frozen": False,  # the frozen layers are the model's: not saved per step
             "seed": self.seed,
             **self.trainer_extra,
         }

@@ -34,6 +34,7 @@ from pipeline.learn.stack import (
     start_trainer,
     start_worker,
 )
+from pipeline.learn.steps import step_split
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import JUDGE_NAME, resolve_model
 from pipeline.processes import Children, tail
@@ -265,6 +266,7 @@ def _training(steps: list[dict[str, object]], trained: int) -> dict[str, object]
         "first_step_rollout_logprob_abs_diff": first.get("train_rollout_logprob_abs_diff"),
         "reward_mean_per_step": [row.get("reward_mean") for row in steps],
         "loss_per_step": [row.get("loss") for row in steps],
+        "step_time": step_split(steps),
     }
 
 

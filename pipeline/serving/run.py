@@ -15,7 +15,7 @@ from aiohttp import web
 from pipeline.models.fetch import resolve_model
 from pipeline.serving.engine import Engine
 from pipeline.serving.server import ServerState, build_server
-from pipeline.serving.weights import Weights, load_model, version_of
+from pipeline.serving.weights import Weights, base_of, load_model, version_of
 from pipeline.settings import ModelSettings, ServeSettings
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def open_state(
     )
     version = version_of(path, settings.weight_version, None)
     engine = Engine(
-        Weights(model, version, str(path)),
+        Weights(model, version, str(path), base_of(path)),
         tokenizer,
         context_length=context,
         max_running=settings.max_running_requests,

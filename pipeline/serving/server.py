@@ -12,7 +12,10 @@ only text is served; no LoRA, penalties or structural tags (a request for them i
 compiled with xgrammar, SGLang's grammar backend, in a worker thread.
 Every generation answer carries the weight version that produced it, in
 ``meta_info.weight_version`` (chat: ``metadata.weight_version``) and the
-``X-Weight-Version`` header.
+``X-Weight-Version`` header. ``/update_weights_from_disk`` also takes a delta (the
+tensors that train, on the served weights: :mod:`pipeline.serving.weights`), which
+SGLang does not; its answer says so (``weight_deltas``), and a delta for other
+weights than the served ones is a 409.
 """
 
 from __future__ import annotations
@@ -36,7 +39,15 @@ from pipeline.serving.engine import Engine
 from pipeline.serving.jobs import Job, Request
 from pipeline.serving.sampling import BadRequest, Sampling
 from pipeline.serving.streams import VERSION_HEADER, Ticket, stream_chat, stream_generate
-from pipeline.serving.weights import Weights, load_model, version_of
+from pipeline.serving.weights import (
+    BaseMismatch,
+    Weights,
+    apply_delta,
+    base_of,
+    is_delta,
+    load_model,
+    version_of,
+)
 
 log = logging.getLogger(__name__)
 LOAD_FORMATS = (None, "auto", "safetensors")
@@ -223,6 +234,7 @@ async def model_info(request: web.Request) -> web.Response:
             "preferred_sampling_params": None,
             "weight_version": weights.version,
             "weights_loaded_at": weights.loaded_at,
+            "weights_base": weights.base,  # what a delta push must name (serving.weights)
             "load_format": "auto",
             "model_type": getattr(config, "model_type", None),
             "architectures": getattr(config, "architectures", None),
@@ -262,13 +274,13 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
         served = state.engine.weights
         try:
             version = version_of(path, None if given is None else str(given), served.version)
-            model = await asyncio.get_running_loop().run_in_executor(
-                None, load_model, path, served.model
+            weights = await asyncio.get_running_loop().run_in_executor(
+                None, _load, path, served, version
             )
         except ModelError as exc:
             log.warning("weight update from %s refused: %s", path, exc)
-            return _push_answer(False, str(exc), 400)
-        state.engine.swap(Weights(model, version, str(path)))
+            return _push_answer(False, str(exc), 409 if isinstance(exc, BaseMismatch) else 400)
+        state.engine.swap(weights)
         seconds = time.perf_counter() - started
         state.pushes += 1
         state.last_push = {
@@ -284,7 +296,16 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
         200,
         weight_version=version,
         load_s=round(seconds, 3),
+        weight_deltas=True,  # this server also takes deltas on these weights (serving.weights)
+        base=weights.base,
     )
+
+
+def _load(path: Path, served: Weights, version: str) -> Weights:
+    """The weights at ``path``: a delta on the served ones, or a whole checkpoint."""
+    if is_delta(path):
+        return Weights(apply_delta(path, served), version, str(path), served.base)
+    return Weights(load_model(path, served.model), version, str(path), base_of(path))
 
 
 def _push_answer(success: bool, message: str, status: int, **extra: Any) -> web.Response:

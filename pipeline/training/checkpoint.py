@@ -53,19 +53,33 @@ class Checkpoints:
     """The trainer's DeepSpeed checkpoints and its ledger log (rank 0 writes the log)."""
 
     def __init__(
-        self, engine: Any, directory: Path, keep: int, ledger_log: Path | None = None
+        self,
+        engine: Any,
+        directory: Path,
+        keep: int,
+        ledger_log: Path | None = None,
+        frozen: bool = True,
     ) -> None:
         self.engine = engine  # the DeepSpeed engine
         self.dir = directory
         self.keep = keep
         self.ledger_log = ledger_log
+        self.frozen = frozen  # False: the frozen parameters are not saved (model_path has them)
 
     def load(self) -> TrainerState:
         """The state of the newest checkpoint (weights and optimizer loaded), else a fresh one."""
         if not (self.dir / "latest").exists():
             state = TrainerState()
         else:
-            _path, client_state = self.engine.load_checkpoint(str(self.dir))
+            try:
+                light = {} if self.frozen else {"load_module_strict": False}
+                _path, client_state = self.engine.load_checkpoint(str(self.dir), **light)
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    f"the checkpoint in {self.dir} does not fit the model (saved with another "
+                    f"checkpoint_frozen or train_top_layers? this run has checkpoint_frozen "
+                    f"{self.frozen}): {exc}"
+                ) from exc
             state = TrainerState(**client_state["trainer_state"])
             log.info("resumed from checkpoint step %d, offsets %s", state.step, state.offsets)
         if self.ledger_log is not None:
@@ -75,7 +89,8 @@ class Checkpoints:
     def save(self, state: TrainerState | None, tag: str) -> None:
         """A checkpoint under ``tag``; ranks other than 0 save theirs with no state."""
         client_state = {"trainer_state": asdict(state)} if state is not None else {}
-        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state)
+        light = {} if self.frozen else {"exclude_frozen_parameters": True}
+        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, **light)
 
     def save_then_commit(
         self,

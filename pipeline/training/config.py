@@ -119,6 +119,17 @@ class TrainerConfig:
         2, "pushed vNNNNNN weight versions kept in weights_dir (>= 1); the loaded one always stays"
     )
     policy_urls: list[str] = opt([], "SGLang policy servers to call update_weights_from_disk on")
+    weight_push: Literal["auto", "full"] = opt(
+        "auto",
+        "auto: once the servers took a whole push and said they take deltas (turnstream "
+        "serve does, SGLang does not), push only the parameters that train; full: the whole "
+        "checkpoint every time",
+    )
+    checkpoint_frozen: bool = opt(
+        True,
+        "checkpoints hold the frozen parameters too; false: only those that train (with "
+        "train_top_layers; a resume takes the rest from model_path, which must not change)",
+    )
     weight_push_attempts: int = opt(4, "tries of one server's weight push before it is given up")
     weight_push_backoff_max_s: float = opt(
         8.0, "longest wait between tries of a weight push (0.5 s after the first, doubling)"

@@ -11,7 +11,9 @@ Other ranks train on the shards rank 0 broadcasts and checkpoint when it does.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+import uuid
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,9 @@ from pipeline.training.sources import LiveSource, RangeSource
 from pipeline.training.weights import (
     PolicyVersion,
     WeightPushError,
+    WrongBase,
     push_to_servers,
+    save_delta,
     save_weights,
 )
 
@@ -65,6 +69,7 @@ class Trainer:
             Path(config.checkpoint_dir),
             config.keep_checkpoints,
             ledger_log if lead else None,
+            frozen=config.checkpoint_frozen or config.train_top_layers is None,
         )
         self.state = self.checkpoints.load()
         if engine is not None:
@@ -88,6 +93,11 @@ class Trainer:
         )
         self.requests = Requests()  # stop / drain flags, set by signal handlers
         self.sink = MetricsSink.of_rank(config, self.rank)
+        self.push_token = uuid.uuid4().hex[:12]  # names this process's whole pushes (bases)
+        self._delta_base: str | None = None  # the whole push deltas apply to; None: push whole
+        self._push_kind, self._push_bytes = "full", 0
+        self._last_push: dict[str, Any] = {}
+        self._idle_since = time.perf_counter()
 
     def _stop(self) -> bool:
         return self.requests.stop
@@ -109,6 +119,7 @@ class Trainer:
 
     def _lead(self, until_end: bool, poll_ms: int) -> TrainerState:
         self.source.open()
+        self._idle_since = time.perf_counter()
         if until_end:
             self.source.bound_to_current_end()
         out = producer(self.settings, self.settings.topics.deadletter.max_message_bytes)
@@ -183,6 +194,7 @@ class Trainer:
         return shards
 
     def _step(self, out: KafkaProducer) -> None:
+        began = time.perf_counter()
         samples = self.intake.take_batch()
         tokens, count = step_totals(samples)
         shards = self._shards(step_baseline(samples, self.config.step_baseline))
@@ -190,6 +202,7 @@ class Trainer:
         message = {"kind": "step", "shards": shards, "tokens": tokens, "samples": count}
         self._broadcast({**message, "tag": tag})
         metrics = self.engine.train_step(self._micro_batches(shards[0]), tokens, count)
+        trained_at = time.perf_counter()
         if self.config.step_baseline != "none":  # report the scores, not their advantages
             scores = [s.reward for s in samples if s.response_ids]
             metrics = replace(metrics, reward_mean=sum(scores) / max(len(scores), 1))
@@ -205,8 +218,17 @@ class Trainer:
         interval = self.config.update_weights_interval
         if interval and metrics.step % interval == 0:
             pushed = self._push_weights(out, metrics.step)
+        pushed_at = time.perf_counter()
         self._checkpoint_and_commit(out, [s.sample_id for s in samples])
-        self._log_metrics(metrics, pushed, staleness)
+        done = time.perf_counter()
+        times = {
+            "wait": began - self._idle_since,  # for the batch: serving and judging it
+            "train": trained_at - began,
+            "push": pushed_at - trained_at,
+            "checkpoint": done - pushed_at,
+        }
+        self._idle_since = done
+        self._log_metrics(metrics, pushed, staleness, times)
 
     def _checkpoint_and_commit(self, out: KafkaProducer, trained: list[str]) -> None:
         self.checkpoints.save_then_commit(
@@ -231,10 +253,11 @@ class Trainer:
         """Save HF weights, have the policy servers load them, announce the version."""
         version = self.state.policy_version + 1
         weights_dir = Path(self.config.weights_dir)
-        path = save_weights(self.engine.engine.module, self.tokenizer, weights_dir, version)
+        path = weights_dir / f"v{version:06d}"
         try:
-            push_to_servers(list(self.config.policy_urls), path, self.config.weight_push_retry)
+            path = self._save_and_push(weights_dir, version)
         except WeightPushError as exc:  # servers down or refusing: tried again next interval
+            self._delta_base = None  # the next push is whole: a server may have missed this one
             WEIGHT_PUSH_FAILURES.labels("refused").inc()
             log.error("%s; the servers keep the weights they have, pushed again next time", exc)
             return None
@@ -243,21 +266,54 @@ class Trainer:
             log.exception("weight push of %s failed unexpectedly", path)
             return None
         record = PolicyVersion(version, str(path), step, time.time())
+        self._last_push = {"kind": self._push_kind, "bytes": self._push_bytes}
         topic = self.settings.topics.policy_versions.name
         self.outbox.send(out, topic, record.encode(), key=b"policy")
         self.state.policy_version = version
         prune_weight_versions(weights_dir, self.config.keep_weight_versions, path)
         return record
 
+    def _save_and_push(self, weights_dir: Path, version: int) -> Path:
+        """A delta on the last whole push when the servers take one, else the whole
+        checkpoint (which becomes the base of the next deltas); the directory pushed."""
+        module, urls = self.engine.engine.module, list(self.config.policy_urls)
+        retry_policy = self.config.weight_push_retry
+        if self._delta_base is not None:
+            path, size = save_delta(module, weights_dir, version, self._delta_base)
+            try:
+                push_to_servers(urls, path, retry_policy)
+                self._push_kind, self._push_bytes = "delta", size
+                return path
+            except WrongBase as exc:  # a server restarted or missed the base: push it whole
+                log.warning("%s; pushing the whole checkpoint instead", exc)
+            shutil.rmtree(path)
+        base = f"{self.push_token}/v{version:06d}"
+        path = save_weights(module, self.tokenizer, weights_dir, version, base)
+        answers = push_to_servers(urls, path, retry_policy)
+        deltas = self.config.weight_push == "auto" and all(a.get("weight_deltas") for a in answers)
+        self._delta_base = base if deltas and urls else None
+        self._push_kind, self._push_bytes = "full", _dir_bytes(path)
+        return path
+
     def _log_metrics(
-        self, metrics: Any, pushed: PolicyVersion | None, staleness: float | None
+        self,
+        metrics: Any,
+        pushed: PolicyVersion | None,
+        staleness: float | None,
+        times: dict[str, float],
     ) -> None:
         row = {
             **asdict(metrics),
             "skipped": dict(self.intake.skipped),
             "policy_version": self.state.policy_version,
             "pushed": pushed is not None,
+            "push": self._last_push if pushed is not None else None,
             "staleness": staleness,
+            "time_s": {part: round(seconds, 3) for part, seconds in times.items()},
         }
         log.info("step %d loss %.4f reward %.3f", metrics.step, metrics.loss, metrics.reward_mean)
         self.sink.record(row)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())

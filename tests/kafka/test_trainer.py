@@ -158,6 +158,8 @@ def test_trainer_trains_each_included_sample_once_and_pushes_weights(
         for line in (tmp_path / "trainer" / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(set(r["time_s"]) == {"wait", "train", "push", "checkpoint"} for r in rows)
+    assert [r["push"]["kind"] for r in rows] == ["full"] * 3  # the simulator takes no delta
     assert all(
         {
             "loss",

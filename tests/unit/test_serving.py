@@ -311,3 +311,60 @@ async def test_the_opd_teacher_client_reads_this_servers_logprobs(
             out = await client.teacher_logprobs(PROMPTS[0] + [7, 8, 9], response_len=3)
     assert len(out["logprobs"]) == 3
     assert all(isinstance(v, float) and v <= 0 for v in out["logprobs"])
+
+
+def test_a_delta_push_replaces_only_its_tensors_and_needs_the_served_base(
+    server: tuple[str, ServerState], policies: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The delta of a trainer with its top layer training (save_delta): on the served
+    weights it equals the whole perturbed checkpoint in that layer and the old one below;
+    for another base it is a 409 and nothing changes."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.training.weights import save_delta
+
+    url, state = server
+    base = get(url + "/get_model_info")["weights_base"]
+    assert base == f"dir:{policies[0].resolve()}"
+    trained = AutoModelForCausalLM.from_pretrained(str(policies[1]), dtype=torch.float32)
+    trained.requires_grad_(False)
+    trained.model.layers[-1].requires_grad_(True)  # what train_top_layers: 1 trains
+    wrong, _ = save_delta(trained, tmp_path / "wrong", 1, "another-run/v000001")
+    status, refused = post(url + "/update_weights_from_disk", {"model_path": str(wrong)})
+    assert status == 409 and not refused["success"] and "push the whole checkpoint" in str(refused)
+    assert state.engine.weights.version == "0"
+    path, size = save_delta(trained, tmp_path / "right", 1, base)
+    top = dict(trained.model.layers[-1].named_parameters())
+    assert size == sum(p.numel() * 4 for p in top.values())
+    status, pushed = post(url + "/update_weights_from_disk", {"model_path": str(path)})
+    assert status == 200 and pushed["weight_version"] == "1" and pushed["weight_deltas"]
+    served = state.engine.weights.model.state_dict()
+    old = AutoModelForCausalLM.from_pretrained(str(policies[0]), dtype=torch.float32)
+    last = len(trained.model.layers) - 1
+    for name, tensor in trained.state_dict().items():
+        want = tensor if name.startswith(f"model.layers.{last}.") else old.state_dict()[name]
+        assert torch.equal(served[name], want), name
+    assert state.engine.weights.base == base  # a delta keeps the base: the next applies too
+    assert any(not torch.equal(trained.state_dict()[n], old.state_dict()[n]) for n in served)
+
+
+def test_a_delta_naming_a_tensor_the_model_lacks_is_refused_with_its_name(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from pipeline.models.weight_files import DELTA_FILE, DELTA_TENSORS
+
+    url, state = server
+    delta = tmp_path / "v000001"
+    delta.mkdir()
+    save_file({"model.layers.99.mlp.weight": torch.zeros(2)}, str(delta / DELTA_TENSORS))
+    (delta / DELTA_FILE).write_text(json.dumps({"base": state.engine.weights.base}))
+    status, refused = post(url + "/update_weights_from_disk", {"model_path": str(delta)})
+    assert status == 400 and "model.layers.99.mlp.weight" in refused["message"]
+    (delta / DELTA_FILE).write_text("[1]")
+    status, refused = post(url + "/update_weights_from_disk", {"model_path": str(delta)})
+    assert status == 400 and 'expected {"base"' in refused["message"]
+    assert state.engine.weights.version == "0"

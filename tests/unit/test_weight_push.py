@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from prometheus_client import REGISTRY
 
 from pipeline.backoff import RetryPolicy
@@ -121,3 +122,81 @@ def test_a_failed_push_is_counted_apart_from_the_samples_and_a_bug_keeps_its_tra
     assert not t.intake.skipped and t.state.policy_version == 0
     (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert failure.exc_info is not None and failure.exc_info[0] is TypeError
+
+
+class _Policy(torch.nn.Module):
+    """Two layers, the top one training (as with train_top_layers: 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bottom, self.top = torch.nn.Linear(3, 3), torch.nn.Linear(3, 2)
+        self.bottom.requires_grad_(False)
+
+    def save_pretrained(self, path: str, safe_serialization: bool) -> None:
+        from safetensors.torch import save_file
+
+        save_file(dict(self.state_dict()), f"{path}/model.safetensors")
+
+
+def pushing_trainer(tmp_path: Path, url: str, **options: object) -> Trainer:
+    config = TrainerConfig(
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        weights_dir=str(tmp_path / "w"),
+        metrics_jsonl=None,
+        policy_urls=[url],
+        weight_push_attempts=2,
+        weight_push_backoff_max_s=0.0,
+        **options,  # type: ignore[arg-type]
+    )
+    engine = SimpleNamespace(engine=SimpleNamespace(module=_Policy()))
+    t = Trainer(Settings(), config, engine, None)
+    t.outbox = SimpleNamespace(send=lambda *_a, **_k: None)  # type: ignore[assignment]
+    return t
+
+
+TAKES_DELTAS = (200, b'{"success": true, "weight_deltas": true}')
+
+
+def test_after_a_whole_push_the_trainer_pushes_deltas_and_whole_again_when_refused(
+    tmp_path: Path, policy_server: tuple[str, list[tuple[int, bytes]], list[dict]]
+) -> None:
+    from safetensors.torch import load_file
+
+    url, script, received = policy_server
+    t = pushing_trainer(tmp_path, url)
+    script += [TAKES_DELTAS, TAKES_DELTAS, (409, b"other base"), TAKES_DELTAS, TAKES_DELTAS]
+    first = t._push_weights(None, 1)  # type: ignore[arg-type]
+    assert first is not None and t._last_push["kind"] == "full"
+    base = json.loads((Path(first.path) / "turnstream-base.json").read_text())["base"]
+    second = t._push_weights(None, 2)  # type: ignore[arg-type]
+    assert second is not None and t._last_push == {"kind": "delta", "bytes": (3 * 2 + 2) * 4}
+    manifest = json.loads((Path(second.path) / "turnstream-delta.json").read_text())
+    assert manifest["base"] == base and manifest["version"] == 2
+    assert set(load_file(str(Path(second.path) / "delta.safetensors"))) == {
+        "top.weight",
+        "top.bias",
+    }
+    third = t._push_weights(None, 3)  # refused for its base (409): pushed whole at once
+    assert third is not None and t._last_push["kind"] == "full"
+    assert [Path(r["model_path"]).name for r in received] == [
+        "v000001", "v000002", "v000003", "v000003"
+    ]  # fmt: skip
+    assert not (Path(third.path) / "turnstream-delta.json").exists()
+    assert t._push_weights(None, 4) is not None and t._last_push["kind"] == "delta"
+    assert len(received) == 5  # the 409 was not tried again
+
+
+def test_a_failed_delta_makes_the_next_push_whole_and_full_mode_never_sends_deltas(
+    tmp_path: Path, policy_server: tuple[str, list[tuple[int, bytes]], list[dict]]
+) -> None:
+    url, script, received = policy_server
+    t = pushing_trainer(tmp_path, url)
+    script += [TAKES_DELTAS, (503, b"down"), (503, b"down"), TAKES_DELTAS]
+    assert t._push_weights(None, 1) is not None  # type: ignore[arg-type]
+    assert t._push_weights(None, 2) is None  # type: ignore[arg-type]  # a delta, twice refused
+    assert t._push_weights(None, 3) is not None and t._last_push["kind"] == "full"  # type: ignore[arg-type]
+    full = pushing_trainer(tmp_path / "full", url, weight_push="full")
+    for step in (1, 2):
+        assert full._push_weights(None, step) is not None  # type: ignore[arg-type]
+        assert full._last_push["kind"] == "full"
+    assert len(received) == 6
