@@ -68,6 +68,8 @@ def keep(rows: Rows, indices: list[int]) -> Rows | None:
     """Only ``indices`` of ``rows``, without leading columns that are padding everywhere."""
     if not indices:
         return None
+    if len(indices) == rows.size and indices == list(range(rows.size)):
+        return rows  # every row goes on: no copy of the cache (most decode steps)
     index = torch.tensor(indices, dtype=torch.long)
     mask = rows.mask[index]
     first = int(torch.nonzero(mask.any(dim=0))[0, 0])

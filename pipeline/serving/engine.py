@@ -33,6 +33,8 @@ from pipeline.serving.weights import Weights
 
 log = logging.getLogger(__name__)
 
+ADMIT_WAIT_S = 0.01  # see Engine._gather
+
 
 @dataclass
 class Group:
@@ -52,8 +54,10 @@ class Engine:
         max_running: int = 16,
         max_queued: int = 1024,
         original_logprobs: bool = False,
+        admit_wait_s: float = ADMIT_WAIT_S,
     ) -> None:
         self.weights = weights
+        self.admit_wait_s = admit_wait_s  # an idle engine waits this long for more requests
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.max_running = max_running
@@ -201,6 +205,8 @@ class Engine:
         with self._cv:
             while not self._queue and not self._groups and not self._stopping:
                 self._cv.wait()
+            if not self._groups:
+                self._gather()
             if self._stopping:
                 return None, self.weights
             room = self.max_running - sum(len(g.jobs) for g in self._groups)
@@ -210,6 +216,17 @@ class Engine:
                 if not job.cancelled:
                     new.append(job)
             return new, self.weights
+
+    def _gather(self) -> None:
+        """Idle, with a request come in: wait a moment (``admit_wait_s``, at most) for
+        others sent with it, so they prefill and decode as one batch from their first step
+        (clients sending a batch of requests at once reach the server one by one)."""
+        deadline = time.monotonic() + self.admit_wait_s
+        while len(self._queue) < self.max_running and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cv.wait(left)
 
     def _admit(self, jobs: list[Job], weights: Weights) -> None:
         for job in jobs:

@@ -368,3 +368,42 @@ def test_a_delta_naming_a_tensor_the_model_lacks_is_refused_with_its_name(
     status, refused = post(url + "/update_weights_from_disk", {"model_path": str(delta)})
     assert status == 400 and 'expected {"base"' in refused["message"]
     assert state.engine.weights.version == "0"
+
+
+def test_an_idle_engine_waits_a_moment_for_requests_sent_together(
+    server: tuple[str, ServerState],
+) -> None:
+    """Requests reaching an idle engine one by one, 50 ms apart, within its admission wait,
+    decode as one batch from their first token (the wait ends once the batch is full)."""
+    from pipeline.serving.jobs import Event, Request
+    from pipeline.serving.sampling import Sampling
+
+    _url, state = server
+    engine = state.engine
+    first_token: dict[int, tuple[int, float]] = {}
+    done = threading.Event()
+
+    def emit_for(i: int):  # type: ignore[no-untyped-def]
+        def emit(event: Event) -> None:
+            if event.kind == "token" and i not in first_token:
+                first_token[i] = (engine.steps, time.monotonic())
+            if event.kind == "done" and len(first_token) == 3:
+                done.set()
+
+        return emit
+
+    wait, running = engine.admit_wait_s, engine.max_running
+    engine.admit_wait_s, engine.max_running = 5.0, 3
+    try:
+        sent = []
+        for i in range(3):
+            engine.submit(Request(PROMPTS[i], Sampling(max_new_tokens=2, temperature=0.0)),
+                          emit_for(i))  # fmt: skip
+            sent.append(time.monotonic())
+            time.sleep(0.05)
+        assert done.wait(60), first_token
+    finally:
+        engine.admit_wait_s, engine.max_running = wait, running
+    assert len({step for step, _at in first_token.values()}) == 1  # one prefill, one batch
+    began = min(at for _step, at in first_token.values())
+    assert sent[-1] < began < sent[-1] + 4.0  # it waited for the third, not the whole 5 s
