@@ -28,7 +28,8 @@ from kafka.structs import OffsetAndMetadata
 from pipeline.broker.clients import admin_client
 from pipeline.broker.reading import read_to_end_async
 from pipeline.deadletters import Out
-from pipeline.scoring.context import bursts, kafka_sender
+from pipeline.scoring.bursts import bursts
+from pipeline.scoring.faust_app import kafka_sender
 from pipeline.scoring.faust_fixes import adapter, drain
 from pipeline.scoring.faust_fixes.guard import group_starts
 from pipeline.scoring.faust_fixes.handover import Handled, commit_ahead, commit_handed_over
