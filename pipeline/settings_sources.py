@@ -1,10 +1,12 @@
 """Where settings come from, and naming that place when one is wrong.
 
-The YAML settings file as a pydantic-settings source, the variable or YAML key a validation
-error is about, and the warning about ``TURNSTREAM_*`` variables nothing reads. The root
-settings class (``pipeline.settings.Settings``: its fields that are settings classes are the
-file's sections) and the file's path (TURNSTREAM_CONFIG, read by pipeline.settings) are
-arguments, so this module needs nothing from pipeline.settings, which imports it.
+The base of every settings class (:class:`EnvThenFile`: its environment variables, then
+the YAML settings file), the file as a pydantic-settings source, the variable or YAML key
+a validation error is about, and the warning about ``TURNSTREAM_*`` variables nothing
+reads. A section of the file is read by the class a root settings class holds under that
+name (``scoring:`` by ``Settings.scoring``'s class); the root class
+(``pipeline.settings.Settings``) is an argument where errors are named, so this module
+needs nothing from pipeline.settings, which imports it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-from functools import lru_cache
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
 
     from pydantic import ValidationError
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
+
 # The name of the module processes load their settings through (load_settings), so that one
 # logger configures every message about settings.
 log = logging.getLogger("pipeline.settings")
@@ -32,7 +38,7 @@ log = logging.getLogger("pipeline.settings")
 # TURNSTREAM_* variables read with os.environ rather than through a settings class, and who
 # reads them: they are not typos, so load_settings does not warn about them.
 READ_DIRECTLY = {
-    "TURNSTREAM_CONFIG": "pipeline/settings.py (the YAML settings file)",
+    "TURNSTREAM_CONFIG": "pipeline/settings_sources.py (the YAML settings file)",
     "TURNSTREAM_TEST_HOLD": "tests/kafka/fault_worker.py",
     "TURNSTREAM_TEST_MARK": "tests/kafka/fault_worker.py",
     "TURNSTREAM_SOAK_TURNS": "tests/kafka/test_soak.py",
@@ -40,7 +46,33 @@ READ_DIRECTLY = {
 }
 
 
-@lru_cache(maxsize=1)
+def shipped_file(repo_relative: str, packaged_name: str) -> Path:
+    """A file that lives in the repo checkout, or in the wheel's package data."""
+    in_repo = REPO_ROOT / repo_relative
+    return in_repo if in_repo.exists() else PACKAGE_DATA / packaged_name
+
+
+def config_path() -> str | None:
+    """The YAML settings file, read from the environment each time settings are."""
+    return os.environ.get("TURNSTREAM_CONFIG")
+
+
+class EnvThenFile(BaseSettings):
+    """Settings read from their environment variables, then from the TURNSTREAM_CONFIG file."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, *config_file(settings_cls, config_path()))
+
+
+@cache
 def sections(root: type[BaseSettings]) -> dict[str, type[BaseSettings]]:
     """The sections of the YAML file: the fields of root that are settings classes."""
     return {
@@ -50,29 +82,51 @@ def sections(root: type[BaseSettings]) -> dict[str, type[BaseSettings]]:
     }
 
 
+def _settings_classes(base: type[BaseSettings]) -> Iterator[type[BaseSettings]]:
+    for sub in base.__subclasses__():
+        yield sub
+        yield from _settings_classes(sub)
+
+
+def section_of(settings_cls: type[BaseSettings]) -> str | None:
+    """The YAML key ``settings_cls`` is read from: the name of the field that holds it in
+    another settings class (``scoring`` for ``Settings.scoring``); None for a root class."""
+    for holder in _settings_classes(EnvThenFile):
+        for name, cls in sections(holder).items():
+            if cls is settings_cls:
+                return name
+    return None
+
+
 def config_file(
-    settings_cls: type[BaseSettings], root: type[BaseSettings], path: str | None
+    settings_cls: type[BaseSettings], path: str | None
 ) -> tuple[PydanticBaseSettingsSource, ...]:
     """The YAML file at path as a source of settings_cls; none while no path is given."""
     if not path:
         return ()
     if not Path(path).expanduser().is_file():  # pydantic-settings skips a missing file
         raise ConfigError(f"TURNSTREAM_CONFIG={path}: cannot read settings: no such file")
-    return (_ConfigFile(settings_cls, root, path),)
+    return (_ConfigFile(settings_cls, path),)
 
 
 class _ConfigFile(YamlConfigSettingsSource):
-    """The part of the YAML file one class reads: root its top level, a section class its own
-    mapping (``scoring: {m: 5}``), beneath that class's environment variables.
+    """The part of the YAML file one class reads: a root class its top level, a section class
+    its own mapping (``scoring: {m: 5}``), beneath that class's environment variables.
 
-    Handed to root as a dict, a section would be validated without the section's own
+    Handed to the root as a dict, a section would be validated without the section's own
     sources, and ``scoring: {m: 5}`` would beat TURNSTREAM_SCORING_M.
     """
 
-    def __init__(self, settings_cls: type[BaseSettings], root: type[BaseSettings], path: str):
+    def __init__(self, settings_cls: type[BaseSettings], path: str):
         self.path = path
-        self.sections = sections(root)
-        self.section = next((k for k, c in self.sections.items() if c is settings_cls), None)
+        self.sections = sections(settings_cls)
+        self.section = section_of(settings_cls)
+        if self.section is None and not self.sections:
+            raise ConfigError(
+                f"TURNSTREAM_CONFIG={path}: {settings_cls.__name__} is no section of it, as no "
+                "settings class holds it as a field: give pipeline.settings.Settings one, or "
+                "import the class from pipeline.settings so that Settings is defined"
+            )
         super().__init__(settings_cls, yaml_file=Path(path))
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:

@@ -23,13 +23,15 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline.broker.bulk import range_consumer
 from pipeline.errors import BrokerError
 from pipeline.settings import Settings
 
-Fetched = dict[TopicPartition, list[Any]]  # partition -> records in offset order
+# partition -> records in offset order: aiokafka's ConsumerRecord, or from a raw consumer the
+# records as aiokafka parsed them (pipeline.broker.raw_records), hence Any
+Fetched = dict[TopicPartition, list[Any]]
 STALL_S = 120.0  # a range read gives up when nothing arrives for this long
 TO_END_S = 60.0  # a read to the end gives up after this long
 
@@ -147,7 +149,7 @@ async def span_by_time(
     return TopicRange(topic, spans)
 
 
-async def partitions_of(consumer: Any, topic: str) -> set[int]:
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     """The partitions of ``topic`` as the broker has them now (none: no such topic).
 
     A started aiokafka consumer knows only the topics of its last metadata refresh (a topic
@@ -159,7 +161,7 @@ async def partitions_of(consumer: Any, topic: str) -> set[int]:
 
 
 async def read_range(
-    consumer: Any,
+    consumer: AIOKafkaConsumer,
     span: TopicRange,
     max_records: int = 20_000,
     stall_s: float = STALL_S,
@@ -205,7 +207,7 @@ async def read_range(
 
 
 async def _records(
-    consumer: Any, span: TopicRange, stall_s: float, timeout_s: float | None
+    consumer: AIOKafkaConsumer, span: TopicRange, stall_s: float, timeout_s: float | None
 ) -> list[Any]:
     return [
         rec

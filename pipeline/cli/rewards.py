@@ -55,6 +55,7 @@ def _build(
     """
     if (processor is None) == (config is None):
         _exit(2, "give exactly one of --processor module:Class or --config rewards.yaml")
+    built: Any  # a processor or a group processor, loaded by name: the input says which
     try:
         if config is not None:
             if options:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from kafka.errors import KafkaError
+from kafka.producer.future import RecordMetadata
 from pydantic import ValidationError
 
 from pipeline.broker.clients import producer
@@ -148,7 +149,7 @@ class TurnProducer:
         future.add_callback(self._delivered)
         future.add_errback(self._failed)
 
-    def _delivered(self, _metadata: Any) -> None:
+    def _delivered(self, _metadata: RecordMetadata) -> None:
         with self._lock:
             self.delivered += 1
 

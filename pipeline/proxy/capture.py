@@ -11,6 +11,7 @@ request goes upstream.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,7 +46,7 @@ def _flag(value: Any) -> bool:
 
 
 def request_meta(
-    headers: Any, body: dict[str, Any], default_turn_type: Literal["main", "side"]
+    headers: Mapping[str, str], body: dict[str, Any], default_turn_type: Literal["main", "side"]
 ) -> RequestMeta:
     """Session id, turn type and end-of-session flag; headers win over body fields."""
     session = headers.get("X-Session-Id") or body.get("session_id")
@@ -79,7 +80,7 @@ def request_meta(
     )
 
 
-def _group(headers: Any, body: dict[str, Any]) -> tuple[str | None, int | None]:
+def _group(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, int | None]:
     """The group id and size a request names, if any; nonsense is a 400."""
     group = headers.get("X-Group-Id") or body.get("group_id")
     if group is not None and (not isinstance(group, str) or not group.strip()):

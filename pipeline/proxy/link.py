@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from pipeline.backoff import RetryPolicy, retry
@@ -67,7 +68,7 @@ class KafkaLink:
         self.down_since: float | None = None
         self.outages = 0
         self.drained = 0
-        self._producer: Any = None
+        self._producer: KafkaProducer | None = None
         self._trouble = threading.Event()
         self._stop = threading.Event()
         self._reported = 0.0
@@ -139,10 +140,15 @@ class KafkaLink:
 
     def _reach(self, timeout_s: float) -> int:
         """Connect and send the spool; how many events it held."""
-        self._connect(timeout_s)
-        return self.sink.spool.drain(self.topics, self._send, self._resume)
+        producer = self._connect(timeout_s)
+        return self.sink.spool.drain(
+            self.topics,
+            lambda records: self._send(producer, records),
+            lambda: self.sink.resume(producer),
+        )
 
-    def _connect(self, timeout_s: float) -> None:
+    def _connect(self, timeout_s: float) -> KafkaProducer:
+        """Check that Kafka answers and has the topics; the producer to deliver with."""
         self._resolve()
         admin = admin_client(self.settings, timeout_ms=int(timeout_s * 1000))
         try:
@@ -164,6 +170,7 @@ class KafkaLink:
                 request_timeout_ms=10000,
                 max_block_ms=10000,
             )
+        return self._producer
 
     def _resolve(self) -> None:
         unresolved = []
@@ -178,19 +185,16 @@ class KafkaLink:
             f"KAFKA_BOOTSTRAP_SERVERS={self.settings.bootstrap_servers}"
         )
 
-    def _send(self, records: list[Record]) -> None:
+    def _send(self, producer: KafkaProducer, records: list[Record]) -> None:
         """Deliver spooled records; raise unless every one was acknowledged."""
-        futures = [self._producer.send(t, key=k, value=v) for t, k, v in records]
-        self._producer.flush(timeout=30)
+        futures = [producer.send(t, key=k, value=v) for t, k, v in records]
+        producer.flush(timeout=30)
         failed = [f for f in futures if not f.succeeded()]
         if failed:
             raise BrokerError(
                 f"{len(failed)} spooled event(s) not delivered: {failed[0].exception!r}"
             )
         self.drained += len(records)
-
-    def _resume(self) -> None:
-        self.sink.resume(self._producer)
 
     def _down(self, problem: str) -> None:
         now = time.time()

@@ -14,7 +14,7 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -52,18 +52,37 @@ def openai_error(status: int, message: str, kind: str = "invalid_request_error")
     )
 
 
+class VersionSource(Protocol):
+    """The policy version stamped on a turn whose upstream names none: policy.versions
+    followed (:class:`~pipeline.proxy.versions.PolicyVersions`) or the configured one
+    (:class:`~pipeline.proxy.run.FixedVersion`)."""
+
+    @property
+    def current(self) -> int | None: ...
+
+
+class LinkStatus(Protocol):
+    """Whether Kafka takes events now, for ``/healthz``: the proxy's
+    :class:`~pipeline.proxy.link.KafkaLink`."""
+
+    @property
+    def state(self) -> str: ...  # connecting | up | unreachable
+
+    def stats(self) -> dict[str, Any]: ...
+
+
 @dataclass
 class ProxyState:
     settings: Settings
     sink: EventSink
     counters: SessionCounters
-    versions: Any  # PolicyVersions, or anything with ``current``
+    versions: VersionSource
     http: aiohttp.ClientSession | None = None
     warned_sessions: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.time)
     turns: int = 0
     not_recorded: dict[str, int] = field(default_factory=dict)
-    link: Any = None  # KafkaLink: whether Kafka takes events now
+    link: LinkStatus | None = None  # None: no link (the sink alone says how Kafka is)
 
     @property
     def config(self) -> ProxySettings:

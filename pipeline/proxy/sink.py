@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from pipeline.backoff import RetryPolicy
@@ -45,7 +46,7 @@ class Pending:
 class EventSink:
     def __init__(
         self,
-        producer: Any,
+        producer: KafkaProducer | None,
         capacity: int,
         retry_policy: RetryPolicy,
         spool_dir: Path,
@@ -128,12 +129,13 @@ class EventSink:
                     return
                 item = self._queue.popleft()
                 self._in_flight += 1
-            self._send(item)
+                producer = self._producer
+            self._send(producer, item)
 
-    def _send(self, item: Pending) -> None:
+    def _send(self, producer: KafkaProducer, item: Pending) -> None:
         item.attempts += 1
         try:
-            future = self._producer.send(item.topic, key=item.key, value=item.value)
+            future = producer.send(item.topic, key=item.key, value=item.value)
         except Exception as exc:  # KafkaError: broker unreachable; anything else: keep the event
             self._failed(item, exc)
             return
@@ -224,7 +226,7 @@ class EventSink:
                 self._spool(item, "Kafka is unreachable")
         return len(left)
 
-    def resume(self, producer: Any) -> None:
+    def resume(self, producer: KafkaProducer) -> None:
         """Deliver to Kafka again with ``producer`` (called while spool appends wait)."""
         with self._cv:
             self._producer = producer

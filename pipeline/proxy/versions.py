@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 import orjson
 
 from pipeline.backoff import RetryPolicy, retry
 from pipeline.broker.following import Follower
 from pipeline.proxy import metrics
+from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 class PolicyVersions:
     """The newest version on policy.versions (None until the trainer published one)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topic = settings.topics.policy_versions.name
         self.current: int | None = None

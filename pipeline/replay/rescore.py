@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import yaml
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from kafka.admin import NewTopic
 from pydantic import ValidationError
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pipeline.deadletters import Out
     from pipeline.scoring.stages import JudgeStage
 
+Record: TypeAlias = ConsumerRecord[bytes, bytes]  # a record of the range being rescored
 POLL_RECORDS = 500  # judged together: a group's members within them are scored at once
 
 
@@ -119,7 +120,7 @@ async def _rescore(
             todo = await _resume(consumer, span, report)
             window = asyncio.Semaphore(settings.scoring.window)
 
-            async def judged(rec: Any) -> list[Any]:
+            async def judged(rec: Record) -> list[Out]:
                 async with window:
                     where = f"{rec.topic}/{rec.partition}/{rec.offset}"
                     return await stage.handle(rec.value, rec.key, where)
@@ -150,17 +151,17 @@ async def _send_judged(
     stage: JudgeStage,
     out: BatchSender,
     output: str,
-    records: list[Any],
+    records: list[Record],
     results: list[list[Out]],
     report: RescoreReport,
-) -> tuple[dict[TopicPartition, int], Any]:
+) -> tuple[dict[TopicPartition, int], Record | None]:
     """Send one poll's outputs (samples to ``output``, dead letters to theirs) and count them.
 
     Returns the offsets to commit and the first record the judge could not be reached for:
     a partition's records from that one on are neither sent nor committed.
     """
     commit: dict[TopicPartition, int | None] = {}
-    failure: Any = None
+    failure: Record | None = None
     for rec, outs in zip(records, results, strict=True):
         tp = TopicPartition(rec.topic, rec.partition)
         if tp in commit and commit[tp] is None:
@@ -180,7 +181,9 @@ async def _send_judged(
     return {tp: o for tp, o in commit.items() if o}, failure
 
 
-async def _resume(consumer: Any, span: TopicRange, report: RescoreReport) -> TopicRange:
+async def _resume(
+    consumer: AIOKafkaConsumer, span: TopicRange, report: RescoreReport
+) -> TopicRange:
     """``span`` from where this rescore's group committed (what was done before is counted)."""
     spans = {}
     for p, (start, end) in span.spans.items():

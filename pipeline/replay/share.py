@@ -16,7 +16,7 @@ import contextlib
 import multiprocessing
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from multiprocessing.connection import Connection
 
 from aiokafka import AIOKafkaConsumer
 
@@ -163,7 +163,7 @@ class Helper:
         self._conn.close()
 
 
-def _helper_main(settings: Settings, target: str, conn: Any) -> None:
+def _helper_main(settings: Settings, target: str, conn: Connection) -> None:
     try:
         asyncio.run(_help(settings, target, conn))
     except KeyboardInterrupt:
@@ -176,7 +176,7 @@ def _helper_main(settings: Settings, target: str, conn: Any) -> None:
         conn.close()
 
 
-async def _help(settings: Settings, target: str, conn: Any) -> None:
+async def _help(settings: Settings, target: str, conn: Connection) -> None:
     loop = asyncio.get_running_loop()
     if await loop.run_in_executor(None, conn.recv) is None:  # the replay could not start
         return

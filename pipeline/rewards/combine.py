@@ -38,6 +38,7 @@ from pipeline.errors import ConfigError, RewardError
 from pipeline.rewards.grouping import GroupPlan, GroupSpec
 from pipeline.rewards.loading import load_processor
 from pipeline.rewards.protocols import (
+    RewardProcessor,
     close_processor,
     processor_name,
     run_processor,
@@ -81,7 +82,7 @@ class RewardsConfig(BaseModel):
 @dataclass(frozen=True)
 class WeightedProcessor:
     name: str
-    processor: Any
+    processor: RewardProcessor
     weight: float = 1.0
     reward_metric_weight: dict[str, float] | None = field(default=None)
 

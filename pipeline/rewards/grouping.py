@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipeline.rewards.protocols import GroupRewardProcessor
+
 
 class GroupSpec(BaseModel):
     """``group:`` in a rewards file."""
@@ -40,7 +42,7 @@ class GroupSpec(BaseModel):
 class GroupPlan:
     """A loaded group reward, ready to become a scoring worker's group scorer."""
 
-    processor: Any
+    processor: GroupRewardProcessor
     name: str
     size: int | None
     timeout_s: float

@@ -16,11 +16,20 @@ from typing import Any
 from pipeline.errors import RewardError
 from pipeline.rewards import metrics
 from pipeline.rewards.loading import load_processor
-from pipeline.rewards.protocols import close_processor, run_processor, setup_processor
+from pipeline.rewards.protocols import (
+    RewardProcessor,
+    close_processor,
+    run_processor,
+    setup_processor,
+)
 from pipeline.rewards.types import RewardInput, RewardOutput
 
+# A processor as a rewards file or a caller gives it: an instance, ``module:Class``, or
+# ``{classpath, options}``.
+ProcessorSpec = RewardProcessor | str | dict[str, Any]
 
-def as_processor(spec: Any, where: str) -> Any:
+
+def as_processor(spec: ProcessorSpec, where: str) -> RewardProcessor:
     """A processor instance, a ``module:Class`` string, or ``{classpath, options}``."""
     if isinstance(spec, str):
         return load_processor(spec, where=f"{where}: ")
@@ -43,8 +52,8 @@ class HybridReward:
 
     def __init__(
         self,
-        rule: Any,
-        model: Any,
+        rule: ProcessorSpec,
+        model: ProcessorSpec,
         w_rule: float,
         w_model: float,
         pass_above: float = 0.0,

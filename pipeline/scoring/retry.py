@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
-from kafka import KafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from kafka import KafkaProducer
+from kafka.producer.future import FutureRecordMetadata
 
-from pipeline.broker.clients import consumer_config, flush_or_raise, producer
+from pipeline.broker.bulk import range_consumer
+from pipeline.broker.clients import flush_or_raise, producer
+from pipeline.broker.reading import STALL_S, TopicRange, clamp, partitions_of, read_range
 from pipeline.deadletters import DeadLetters
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import RetryRecord, decode_as, encode
 from pipeline.settings import Settings
+
+# Records re-sent, flushed and committed at a time: a requeue stopped in between sends at
+# most this many again when it is run next.
+STEP_RECORDS = 500
 
 
 @dataclass
@@ -26,45 +34,86 @@ def requeue(
     max_attempts: int = 5,
     group_id: str | None = None,
     progress: Callable[[RetryReport], None] | None = None,
+    stall_s: float = STALL_S,
+    timeout_s: float | None = None,
 ) -> RetryReport:
     """Move every record now on samples.retry back to turns.paired (attempt + 1).
 
     A pair that already failed ``max_attempts`` times, or a record that cannot
     be decoded, goes to the dead-letter topic with the reason. Offsets are
     committed only after the re-sent records are acknowledged by Kafka.
+
+    Raises BrokerError naming the topic, each partition short of its end and how far the
+    requeue got when nothing arrives for ``stall_s`` seconds, or when samples.retry is not
+    read within ``timeout_s`` (None: no limit); what was requeued by then is committed,
+    and a rerun goes on from there.
     """
-    topics = settings.topics
+    return asyncio.run(_requeue(settings, max_attempts, group_id, progress, stall_s, timeout_s))
+
+
+async def _requeue(
+    settings: Settings,
+    max_attempts: int,
+    group_id: str | None,
+    progress: Callable[[RetryReport], None] | None,
+    stall_s: float,
+    timeout_s: float | None,
+) -> RetryReport:
+    topic = settings.topics.samples_retry.name
     group = group_id or f"{settings.topic_prefix}turnstream-retry"
-    consumer = KafkaConsumer(**consumer_config(settings, group))
-    out = producer(settings, max_request_size=topics.turns_paired.max_message_bytes)
+    out = producer(settings, max_request_size=settings.topics.turns_paired.max_message_bytes)
     report = RetryReport()
     try:
-        tps = [
-            TopicPartition(topics.samples_retry.name, p)
-            for p in consumer.partitions_for_topic(topics.samples_retry.name) or []
-        ]
-        if not tps:
-            raise BrokerError(
-                f"topic {topics.samples_retry.name} does not exist; run `turnstream topics apply`"
-            )
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        sent: list[Any] = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=1000).values():
-                for rec in records:
-                    sent.append(_route(rec, out, settings, max_attempts, report))
-            flush_or_raise(out, sent, "requeued pairs or dead letters")
-            consumer.commit()
-            if progress:
-                progress(report)
+        async with range_consumer(settings, group_id=group) as consumer:
+            span = await _not_requeued(consumer, topic)
+            committed = RetryReport()  # the counts as of the last commit
+            try:
+                async for fetched in read_range(consumer, span, STEP_RECORDS, stall_s, timeout_s):
+                    sent = [
+                        _route(rec, out, settings, max_attempts, report)
+                        for tp in sorted(fetched)
+                        for rec in fetched[tp]
+                    ]
+                    flush_or_raise(out, sent, "requeued pairs or dead letters")
+                    await consumer.commit({tp: rs[-1].offset + 1 for tp, rs in fetched.items()})
+                    committed = replace(report)
+                    if progress:
+                        progress(report)
+            except BrokerError as exc:
+                raise BrokerError(
+                    f"requeue of {topic} stopped: {exc} {committed.requeued} pair(s) requeued "
+                    f"and {committed.dead_lettered} dead-lettered before that are committed: "
+                    "run `turnstream retry` again to go on from there"
+                ) from exc
     finally:
         out.close()
-        consumer.close()
     return report
 
 
-def _route(rec: Any, out: Any, settings: Settings, max_attempts: int, report: RetryReport) -> Any:
+async def _not_requeued(consumer: AIOKafkaConsumer, topic: str) -> TopicRange:
+    """Each partition of ``topic`` from the group's commit (none: the log start) to its end."""
+    parts = sorted(await partitions_of(consumer, topic))
+    if not parts:
+        raise BrokerError(f"topic {topic} does not exist; run `turnstream topics apply`")
+    tps = [TopicPartition(topic, p) for p in parts]
+    firsts = await consumer.beginning_offsets(tps)
+    ends = await consumer.end_offsets(tps)
+    committed = {tp.partition: await consumer.committed(tp) for tp in tps}
+    spans = clamp(
+        {tp.partition: firsts[tp] for tp in tps},
+        {tp.partition: ends[tp] for tp in tps},
+        {p: offset for p, offset in committed.items() if offset is not None},
+    )
+    return TopicRange(topic, spans)
+
+
+def _route(
+    rec: ConsumerRecord[bytes, bytes],
+    out: KafkaProducer,
+    settings: Settings,
+    max_attempts: int,
+    report: RetryReport,
+) -> FutureRecordMetadata:
     topics = settings.topics
     source = f"{rec.topic}/{rec.partition}/{rec.offset}"
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import faust
@@ -20,9 +21,9 @@ from faust.types import TP
 
 from pipeline.events import SessionEnd, encode
 from pipeline.scoring import metrics
-from pipeline.scoring.context import Worker
 from pipeline.scoring.faust_fixes import adapter
 from pipeline.scoring.faust_fixes.handover import commit_ahead, commit_handed_over, exit_now
+from pipeline.scoring.worker_state import Worker
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,11 @@ def install(w: Worker) -> None:
     flagged: dict[str, float] = {}
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
-    async def hand_over(_app: faust.App, revoked: Any = (), **_kw: Any) -> None:
+    async def hand_over(_app: faust.App, revoked: Iterable[TP] = (), **_kw: Any) -> None:
         await commit_handed_over(_app, w.handled, revoked, lambda: w.settled(HANDOVER_WAIT_S))
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def forget_elsewhere(_app: faust.App, assigned: Any = (), **_kw: Any) -> None:
+    async def forget_elsewhere(_app: faust.App, assigned: Iterable[TP] = (), **_kw: Any) -> None:
         kept = {(tp.topic, tp.partition) for tp in assigned}
         w.handled.keep_only(kept)
         if w.guard is not None:

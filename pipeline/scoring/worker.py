@@ -8,7 +8,7 @@
 Each agent takes the records already waiting as one burst (``bursts``), and
 acknowledges it only once what it produced is stored; the session table's
 changelog trails the pairs it implies (``faust_fixes``). The
-agents share a :class:`pipeline.scoring.context.Worker`; the timers (idle
+agents share a :class:`pipeline.scoring.worker_state.Worker`; the timers (idle
 sessions, lag, stranded partitions) are in ``upkeep``.
 """
 
@@ -24,11 +24,12 @@ from faust.types import StreamT
 from pipeline.deadletters import Out
 from pipeline.scoring import metrics, upkeep
 from pipeline.scoring.build import build_stage
-from pipeline.scoring.context import RawSchema, Worker, faust_app, kafka_sender
+from pipeline.scoring.faust_app import RawSchema, faust_app, kafka_sender
 from pipeline.scoring.faust_fixes.acks import Send
 from pipeline.scoring.faust_fixes.guard import OffsetGuard, kafka_guard
-from pipeline.scoring.faust_fixes.sessions import SessionTable
+from pipeline.scoring.faust_fixes.sessions import SessionTable, SessionWrites
 from pipeline.scoring.stages import JudgeStage, PairingStage
+from pipeline.scoring.worker_state import Worker
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ async def pair(w: Worker, stream: StreamT) -> None:
     async with w.acknowledging(manual) as (acks, then):
         async for events in w.bursts(manual):
             outs: list[Out] = []
-            writes: dict[tuple[int, str], Any] = {}  # a session's last state in the burst
+            writes: SessionWrites = {}  # a session's last state in the burst
             records = await w.records(events)
             for rec in records:
                 w.pair_record(rec.value, rec.key, rec.where, rec.partition, outs, writes)
@@ -61,7 +62,7 @@ def build_app(
     judging: JudgeStage,
     sender: Send | None = None,
     guard: OffsetGuard | None = None,
-    on_delivery_failure: Callable[[BaseException], Any] | None = None,
+    on_delivery_failure: Callable[[BaseException], None] | None = None,
 ) -> faust.App:
     """The Faust app of one scoring worker judging with ``judging`` (:func:`build_stage`);
     ``sender`` replaces the Kafka sends (tests)."""

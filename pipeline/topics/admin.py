@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
-from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import KafkaError
 
 from pipeline.broker.clients import admin_client
@@ -31,7 +31,7 @@ class Change:
         return f"{mark} {self.topic}: {self.detail}"
 
 
-def _current_state(admin: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+def _current_state(admin: KafkaAdminClient, names: list[str]) -> dict[str, dict[str, Any]]:
     """{topic: {"partitions": n, "replication_factor": rf, "configs": {k: v}}} for existing ones."""
     existing = set(admin.list_topics())
     present = [n for n in names if n in existing]

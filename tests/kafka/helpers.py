@@ -1,4 +1,4 @@
-"""Reading topics back in tests, with a plain kafka-python consumer."""
+"""What the Kafka-tier tests share: reading topics back, the CLI as a user runs it, processes."""
 
 from __future__ import annotations
 
@@ -6,35 +6,20 @@ import os
 import subprocess
 import sys
 
-from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.partitioner.default import murmur2
 
-from pipeline.broker.clients import admin_client, consumer_config
+from pipeline.broker.clients import admin_client
+from pipeline.broker.reading import read_to_end
 from pipeline.settings import Settings
 
 
 def read_all(settings: Settings, topic: str, timeout_s: float = 20.0) -> list:
-    """Every record of ``topic`` from the beginning up to its current end."""
-    consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
-    try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        records: list = []
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: got {len(records)} records before timeout")
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-        return records
-    finally:
-        consumer.close()
+    """Every record of ``topic`` from the beginning up to its current end, in offset order
+    within each partition: :func:`pipeline.broker.reading.read_to_end`, which raises a
+    BrokerError naming the topic when it does not exist, or naming each partition short of
+    its end when ``timeout_s`` passes first."""
+    return read_to_end(settings, topic, timeout_s=timeout_s)
 
 
 def partition_of(settings: Settings, session: str) -> int:

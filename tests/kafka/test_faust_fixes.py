@@ -26,13 +26,15 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from pipeline.broker.clients import admin_client
+from pipeline.broker.reading import read_to_end_async
 from pipeline.deadletters import Out
-from pipeline.scoring.context import bursts, kafka_sender
+from pipeline.scoring.bursts import bursts
+from pipeline.scoring.faust_app import kafka_sender
 from pipeline.scoring.faust_fixes import adapter, drain
 from pipeline.scoring.faust_fixes.guard import group_starts
 from pipeline.scoring.faust_fixes.handover import Handled, commit_ahead, commit_handed_over
 from pipeline.settings import Settings
-from tests.kafka.helpers import make_topic, read_all, spawn
+from tests.kafka.helpers import make_topic, spawn
 
 RECORDS = 10  # per topic, over 2 partitions (even offsets on 0, odd on 1)
 
@@ -158,7 +160,7 @@ async def test_outputs_go_out_as_batches_through_the_producer_inside_faust(
     stored = await send(outs)
     assert len(stored) <= 3, "one batch a partition for records this small"
     await asyncio.gather(*stored)
-    records = read_all(settings, topic)
+    records = await read_to_end_async(settings, topic)
     assert len(records) == len(outs)
     for r in records:
         if not r.value.startswith(b"p"):
@@ -178,7 +180,7 @@ async def test_outputs_larger_than_a_batch_are_split_and_all_stored(
     stored = await kafka_sender(member.app)(outs)
     assert len(stored) > 1, "Faust's 16 KiB batches: 72 KB takes several"
     await asyncio.gather(*stored)
-    assert [r.value for r in read_all(settings, topic)] == [o.value for o in outs]
+    assert [r.value for r in await read_to_end_async(settings, topic)] == [o.value for o in outs]
 
 
 def plain_app(settings: Settings, tmp_path: Path, group: str, in_loop: bool = False) -> faust.App:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.scoring.context import bursts
+from pipeline.scoring.bursts import bursts
 from tests.loop import settle
 
 

@@ -352,7 +352,8 @@ def setting_env_names() -> set[str]:
                 continue  # a nested settings object reads its own variables
             alias = info.validation_alias or info.alias
             names.add(alias.upper() if isinstance(alias, str) else f"{prefix}{name}".upper())
-    source = Path(module.__file__).read_text()
+    # pipeline/settings.py, and settings_sources.py and settings_embedded.py that it imports
+    source = "".join(path.read_text() for path in Path(module.__file__).parent.glob("settings*.py"))
     return names | set(re.findall(r"os\.environ(?:\.get\(|\[)\"(\w+)\"", source))
 
 

@@ -194,6 +194,7 @@ def config_file(monkeypatch: pytest.MonkeyPatch, path: Path, text: str) -> Path:
         ("scoring: {windw: 3}\n", "scoring.windw", "scoring.window", "(scoring has: "),
         ("topic_prefx: x\n", "topic_prefx", "topic_prefix", "(the top level has: "),
         ("proxy:\n  port: 1\n  uptream: http://u:1\n", "proxy.uptream", "proxy.upstream", None),
+        ("serve: {prot: 31000}\n", "serve.prot", "serve.port", "(serve has: "),
     ],
 )
 def test_a_misspelt_yaml_key_names_itself_its_file_and_the_setting_meant(
@@ -215,10 +216,12 @@ def test_yaml_sections_reach_their_settings_and_the_environment_beats_them(
         monkeypatch,
         tmp_path / "config.yaml",
         "topic_prefix: from-yaml.\nclient_id: yaml-client\n"
-        "scoring:\n  m: 5\n  window: 7\nproxy: {port: 30005}\nlocal_kafka: {port: 19600}\n",
+        "scoring:\n  m: 5\n  window: 7\nproxy: {port: 30005}\nlocal_kafka: {port: 19600}\n"
+        "serve: {port: 30007}\nmodels: {download_timeout_s: 5}\n",
     )
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
-    for name in ("TURNSTREAM_SCORING_M", "TURNSTREAM_PROXY_PORT", "TURNSTREAM_KAFKA_PORT"):
+    for name in ("TURNSTREAM_SCORING_M", "TURNSTREAM_PROXY_PORT", "TURNSTREAM_KAFKA_PORT",
+                 "TURNSTREAM_SERVE_PORT", "TURNSTREAM_MODELS_DOWNLOAD_TIMEOUT_S"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TURNSTREAM_SCORING_WINDOW", "99")
     monkeypatch.setenv("TURNSTREAM_CLIENT_ID", "env-client")
@@ -226,6 +229,20 @@ def test_yaml_sections_reach_their_settings_and_the_environment_beats_them(
     assert (settings.scoring.m, settings.scoring.window) == (5, 99)
     assert (settings.topic_prefix, settings.client_id) == ("from-yaml.", "env-client")
     assert (settings.proxy.port, settings.bootstrap_servers) == (30005, "127.0.0.1:19600")
+    assert (settings.serve.port, settings.models.download_timeout_s) == (30007, 5.0)
+
+
+def test_a_section_class_no_settings_class_holds_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    class Stray(settings_sources.EnvThenFile):  # a section that Settings has no field for
+        port: int = 1
+
+    path = config_file(monkeypatch, tmp_path / "config.yaml", "client_id: c\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: Stray is no section of it")):
+        Stray()
+    assert settings_sources.section_of(settings_module.ServeSettings) == "serve"
+    assert settings_sources.section_of(settings_module.Settings) is None
 
 
 def test_a_bad_yaml_value_is_named_by_its_key_and_file(

@@ -35,10 +35,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.errors import BrokerError
 from pipeline.scoring import metrics
+from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,9 @@ class OffsetGuard:
             return records
 
 
-def group_starts(settings: Any, group_id: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+def group_starts(
+    settings: Settings, group_id: str, topics: Iterable[str]
+) -> dict[tuple[str, int], int]:
     """Where ``group_id`` resumes on every partition of ``topics``: its committed offset,
     or the log start where it has none (or retention trimmed past it)."""
     from pipeline.broker.clients import admin_client
@@ -182,7 +184,7 @@ def group_starts(settings: Any, group_id: str, topics: Iterable[str]) -> dict[tu
     return starts
 
 
-def kafka_guard(settings: Any, group_id: str, topics: tuple[str, ...]) -> OffsetGuard:
+def kafka_guard(settings: Settings, group_id: str, topics: tuple[str, ...]) -> OffsetGuard:
     """A guard that asks the broker for the group's offsets and reads with the range reader.
 
     The first lookup asks about all of ``topics`` (every topic the worker reads): otherwise

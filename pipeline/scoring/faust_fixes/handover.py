@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from pipeline.scoring.faust_fixes import adapter
+
+if TYPE_CHECKING:
+    from faust.types import TP, AppT
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class Handled:
         self._next = {key: o for key, o in self._next.items() if key in assigned}
 
 
-async def commit_ahead(app: Any, handled: Handled, assigned: set[Key]) -> dict[Key, int]:
+async def commit_ahead(app: AppT, handled: Handled, assigned: set[Key]) -> dict[Key, int]:
     """Commit the handled positions of ``assigned`` that Faust's own commit is behind."""
     from faust.types import TP
 
@@ -75,9 +78,9 @@ async def commit_ahead(app: Any, handled: Handled, assigned: set[Key]) -> dict[K
 
 
 async def commit_handed_over(
-    app: Any,
+    app: AppT,
     handled: Handled,
-    revoked: Any,
+    revoked: Iterable[TP],
     settled: Callable[[], Awaitable[Any]] | None = None,
 ) -> dict[Key, int]:
     """Commit the handled positions of ``revoked`` (faust TPs) through Faust's consumer.
@@ -97,7 +100,7 @@ async def commit_handed_over(
     return positions
 
 
-async def exit_after_refused_output(app: Any, handled: Handled, exc: BaseException) -> None:
+async def exit_after_refused_output(app: AppT, handled: Handled, exc: BaseException) -> None:
     """Stop this worker after an output was refused: commit what was delivered, then exit 1.
 
     Not Faust's graceful stop: it waits for its unacknowledged records to be
@@ -110,7 +113,7 @@ async def exit_after_refused_output(app: Any, handled: Handled, exc: BaseExcepti
     )  # fmt: skip
 
 
-async def exit_now(app: Any, handled: Handled, why: str) -> None:
+async def exit_now(app: AppT, handled: Handled, why: str) -> None:
     """Commit the positions handled (within 15 s), say ``why`` on stderr, and exit 1."""
     import os
     import sys

@@ -25,7 +25,7 @@ which downstream collapses by sample_id).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,13 +33,18 @@ import orjson
 from pipeline.deadletters import Out
 
 if TYPE_CHECKING:
-    from pipeline.scoring.faust_fixes.acks import Send
+    from pipeline.scoring.faust_fixes.acks import Durable, Send
+
+
+# The sessions one input changed: (partition, session_id) -> its new state (None: forget it).
+SessionWrites = dict[tuple[int, str], dict[str, Any] | None]
 
 
 class SessionTable:
     """A Faust table of session states, written in memory now and to its changelog later."""
 
     def __init__(self, table: Any, send: Send) -> None:
+        # app.Table(...): its codecs and data are attributes of the class, on no Faust interface
         self.table = table
         self.send = send
         self.changelog = table.changelog_topic.get_topic_name()
@@ -70,9 +75,7 @@ class SessionTable:
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.table.data.items())
 
-    def persisting(
-        self, writes: dict[tuple[int, str], dict[str, Any] | None]
-    ) -> Callable[[], Awaitable[list[Awaitable[Any]]]] | None:
+    def persisting(self, writes: SessionWrites) -> Durable | None:
         """The durable step of one input: the new state of each session it changed, keyed
         by (partition, session_id) (None: no change)."""
         if not writes:
