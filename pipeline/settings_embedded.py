@@ -87,6 +87,13 @@ class ServeSettings(EnvThenFile):
     )
     max_running_requests: int = Field(16, ge=1, description="sequences decoded together")
     max_queued_requests: int = Field(1024, ge=1, description="beyond it requests get 503")
+    admit_wait_ms: float = Field(
+        10.0,
+        ge=0,
+        le=1000,
+        description="an idle server waits this long for more requests after the first, so "
+        "requests sent together decode as one batch (0 = none)",
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     return_original_logprob: bool = Field(
         False,

@@ -43,6 +43,7 @@ def open_state(
         context_length=context,
         max_running=settings.max_running_requests,
         max_queued=settings.max_queued_requests,
+        admit_wait_s=settings.admit_wait_ms / 1000,
         original_logprobs=settings.return_original_logprob,
     )
     engine.start()
