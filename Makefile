@@ -81,6 +81,7 @@ bench: setup kafka-jars model
 	$(BIN)/python benchmarks/scaleout.py
 	$(BIN)/python benchmarks/serve_push.py
 	$(BIN)/turnstream learn
+	$(BIN)/python benchmarks/learn_modes.py
 
 clean:
 	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

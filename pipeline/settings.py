@@ -148,6 +148,13 @@ class ScoringSettings(EnvThenFile):
         description="local tokenizer of the policy, for OPD teacher prompts (opd and combine "
         "with an SGLang judge)",
     )
+    teacher_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="OPD teacher: SGLang /generate base URLs, one per replica (comma-separated "
+        "in env), asked for the log-probs of each response under its hinted prompt; unset = "
+        "the judge's URLs (the PRM serves them, as OpenClaw-RL does). With them opd and "
+        "combine work with any judge, the rules judge included",
+    )
     teacher_top_k: int = Field(0, ge=0, description="top-K teacher log-probs (0 = off)")
     vote_mode: Literal["fixed", "early_stop"] = "fixed"
     m: int = Field(3, ge=1, description="eval votes per turn")
@@ -194,7 +201,7 @@ class ScoringSettings(EnvThenFile):
     web_port: int = Field(6066, ge=0, le=65535, description="Prometheus /metrics; 0 = off")
     data_dir: Path = Field(Path(".turnstream/worker"), description="this worker's local state")
 
-    @field_validator("judge_urls", mode="before")
+    @field_validator("judge_urls", "teacher_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -211,23 +218,31 @@ class ScoringSettings(EnvThenFile):
             )
         if self.vote_mode == "early_stop" and self.m != 3:
             raise ValueError(f"vote_mode early_stop is defined for m=3, got m={self.m} (--m)")
-        if self.mode != "rl" and self.judge != "rules":
-            if self.judge != "sglang":
-                raise ValueError(
-                    f"mode {self.mode} needs teacher log-probs from SGLang /generate: "
-                    "use judge sglang (--judge sglang)"
-                )
-            if self.policy_tokenizer is None:
-                raise ValueError(
-                    f"mode {self.mode} needs TURNSTREAM_SCORING_POLICY_TOKENIZER (a local "
-                    "tokenizer directory) to build the teacher prompt"
-                )
+        if self.mode != "rl":
+            self._teacher_reachable()
         if self.rewards is not None and self.mode != "rl":
             raise ValueError(
                 f"TURNSTREAM_SCORING_REWARDS={self.rewards}: reward processors score in rl "
                 f"mode only (mode is {self.mode})"
             )
         return self
+
+    def _teacher_reachable(self) -> None:
+        """opd and combine need teacher log-probs: from the teacher URLs with any judge, or
+        from an SGLang judge's own server; the rules judge without teacher URLs hints only."""
+        if not self.teacher_urls and self.judge == "rules":
+            return
+        if not self.teacher_urls and self.judge != "sglang":
+            raise ValueError(
+                f"mode {self.mode} needs teacher log-probs from SGLang /generate: set "
+                "TURNSTREAM_SCORING_TEACHER_URLS (--teacher-url) to a teacher server, or use "
+                "judge sglang (--judge sglang), whose server then serves them"
+            )
+        if self.policy_tokenizer is None:
+            raise ValueError(
+                f"mode {self.mode} needs TURNSTREAM_SCORING_POLICY_TOKENIZER (a local "
+                "tokenizer directory of the policy) to build the teacher prompt"
+            )
 
 
 class ProxySettings(EnvThenFile):

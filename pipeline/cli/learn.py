@@ -20,7 +20,17 @@ DEFAULTS = LearnOptions()
 BASELINES = ("none", "mean", "mean_std", "leave_one_out")
 BASELINE_HELP = (
     "reward baseline of each trainer step: none (the raw score), mean, mean_std or "
-    "leave_one_out (each sample's score relative to the rest of its step)"
+    "leave_one_out (each sample's score relative to the rest of its step); default: mean "
+    "for rl and combine, none for opd (which has no reward to centre)"
+)
+MODE_HELP = (
+    "rl (the judge's reward), opd (on-policy distillation: teacher - old per token, the "
+    "teacher being the served policy asked with the judge's hint appended; turns without a "
+    "hint do not train) or combine (both)"
+)
+TEACHER_TOP_K_HELP = (
+    "opd/combine: the teacher's top-K log-probs per token, and the trainer's reverse KL to "
+    "them (topk_distill_coef 1.0); 0: off"
 )
 MAX_AHEAD_HELP = (
     "sessions users may start ahead of the trainer (their samples neither trained "
@@ -49,7 +59,9 @@ def learn(
     steps: int = typer.Option(DEFAULTS.steps, help="trainer steps (one weight push each)"),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="samples per trainer step"),
     lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
-    baseline: str = typer.Option(DEFAULTS.baseline, help=BASELINE_HELP),
+    mode: str = typer.Option(DEFAULTS.mode, help=MODE_HELP),
+    baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
+    teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
         DEFAULTS.max_words, help="the users want the right answer in at most N words"
@@ -90,7 +102,7 @@ def learn(
     """
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
-        baseline=baseline,
+        mode=mode, baseline=baseline, teacher_top_k=teacher_top_k,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
         control=control,
@@ -105,7 +117,7 @@ def learn(
 
 def learn_options(
     *,
-    baseline: str,
+    baseline: str | None,
     batch_size: int,
     control_sessions: int,
     train_top_layers: int,
@@ -115,8 +127,9 @@ def learn_options(
 ) -> LearnOptions:
     """`turnstream learn`'s flags as LearnOptions: 0 means none for --control-sessions,
     --train-top-layers and --max-ahead, whose default is the batch size; the other flags
-    are the options of the same names."""
-    if baseline not in BASELINES:
+    are the options of the same names (LearnOptions refuses a bad --mode, or a
+    --baseline or --teacher-top-k the mode cannot use, with the flag named)."""
+    if baseline is not None and baseline not in BASELINES:
         raise typer.BadParameter(
             f"{baseline!r}: choose one of {', '.join(BASELINES)}", param_hint="--baseline"
         )
@@ -228,6 +241,14 @@ def summary_table(report: LearnReport) -> Table:
             "judge majority vs users' intent",
             f"accuracy {agree['accuracy']:.3f}, kappa "
             f"{'undefined' if kappa is None else f'{kappa:.3f}'} over {agree['n']} replies",
+        )
+    table.add_row("mode", str(report.options.get("mode", "rl")))
+    teacher = report.training.get("teacher") or {}
+    if report.options.get("mode", "rl") != "rl" and teacher:
+        table.add_row(
+            "trained with / without a teacher signal",
+            f"{teacher['trained_with_teacher']} / {teacher['trained_without_teacher']} "
+            f"({teacher['excluded_no_hint']} dropped: no hint)",
         )
     table.add_row("pushes", str(len(report.pushes)))
     table.add_row("samples trained", str(report.training.get("samples_trained", 0)))

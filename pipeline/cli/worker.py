@@ -44,9 +44,16 @@ def settings_with_scoring(overrides: dict[str, Any]) -> Settings:
     return base.model_copy(update={"scoring": checked})
 
 
+TEACHER_URL_HELP = (
+    "opd/combine: SGLang /generate base URL of the teacher (asked for the log-probs of each "
+    "response under its hinted prompt); repeat once per replica (default: the judge's)"
+)
+
+
 def worker(
     judge: str = typer.Option(None, help="rules | sglang | openai (default: rules)"),
     judge_url: list[str] = typer.Option(None, help="judge base URL; repeat once per replica"),
+    teacher_url: list[str] = typer.Option(None, help=TEACHER_URL_HELP),
     mode: str = typer.Option(None, help="rl | opd | combine (default: rl)"),
     vote_mode: str = typer.Option(None, help="fixed | early_stop (default: fixed)"),
     m: int = typer.Option(None, help="eval votes per turn (default: 3)"),
@@ -70,6 +77,7 @@ def worker(
         mode,
         vote_mode,
         m,
+        teacher_urls=teacher_url or None,
         web_host=web_host,
         web_port=web_port,
         data_dir=data_dir,
@@ -84,6 +92,7 @@ def worker(
             else f" urls={list(s.judge_urls)}"
         )
         + f" mode={s.mode} vote_mode={s.vote_mode} m={s.m} "
+        + (f"teacher={list(s.teacher_urls)} " if s.mode != "rl" and s.teacher_urls else "")
         + (f"rewards={s.rewards} " if s.rewards else "")
         + ("consumer=thread " if s.consumer_thread else "")
         + f"kafka={settings.bootstrap_servers}",

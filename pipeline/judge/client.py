@@ -57,6 +57,7 @@ class JudgeConfig:
     # auto: on when the SGLang judge's /get_model_info says it serves a trained judge
     constrained: Literal["auto", "on", "off"] = "off"
     reason_chars: int = 200
+    role: str = "judge"  # what errors call the server: the judge, or the OPD teacher
 
 
 def chatml(messages: Sequence[dict[str, Any]]) -> str:
@@ -74,7 +75,7 @@ class JudgeClient:
         self, config: JudgeConfig, render: Callable[[Sequence[dict[str, Any]]], str] = chatml
     ) -> None:
         if not config.urls:
-            raise TurnstreamError(f"the {config.backend} judge needs at least one URL")
+            raise TurnstreamError(f"the {config.backend} {config.role} needs at least one URL")
         self.config = config
         self.render = render
         self._urls = [u.rstrip("/") for u in config.urls]
@@ -110,25 +111,36 @@ class JudgeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def post(self, path: str, body: dict[str, Any] | None) -> Any:
+    async def post(
+        self,
+        path: str,
+        body: dict[str, Any] | None,
+        check: Callable[[Any, str], None] | None = None,
+    ) -> Any:
         """POST with retries; calls spread over replicas, and each retry moves to the next one.
-        A body of None is a GET."""
+        A body of None is a GET. ``check(answer, url)`` may refuse a 200 answer as transient
+        (JudgeUnavailable): that try counts as failed and the request is asked again."""
         session = self._open()
         first = next(self._next)
 
         def url(attempt: int) -> str:
             return self._urls[(first + attempt - 1) % len(self._urls)] + path
 
+        async def once(attempt: int) -> Any:
+            where = url(attempt)
+            answer = await self._post_once(session, where, body)
+            if check is not None:
+                check(answer, where)
+            return answer
+
         try:
             return await retry_async(
-                lambda attempt: self._post_once(session, url(attempt), body),
-                self.config.retry,
-                (JudgeUnavailable,),
-                on_retry=self._retrying,
+                once, self.config.retry, (JudgeUnavailable,), on_retry=self._retrying
             )
         except JudgeUnavailable as exc:
             raise JudgeUnavailable(
-                f"judge unreachable after {self.config.retry.max_attempts} attempts: {exc}"
+                f"{self.config.role} unreachable after {self.config.retry.max_attempts} "
+                f"attempts: {exc}"
             ) from exc
 
     async def _post_once(
@@ -148,7 +160,9 @@ class JudgeClient:
                         return orjson.loads(await resp.read())
                     text = (await resp.text())[:300]
                     if resp.status not in RETRYABLE_STATUS:
-                        raise TurnstreamError(f"judge {url} answered {resp.status}: {text}")
+                        raise TurnstreamError(
+                            f"{self.config.role} {url} answered {resp.status}: {text}"
+                        )
                     raise JudgeUnavailable(f"HTTP {resp.status} from {url}: {text}")
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise JudgeUnavailable(f"{type(exc).__name__} talking to {url}: {exc}") from exc
@@ -259,7 +273,7 @@ class JudgeClient:
         }
         if top_k:
             body["top_logprobs_num"] = top_k
-        data = await self.post("/generate", body)
+        data = await self.post("/generate", body, check=_scored_whole)
         meta = data["meta_info"]
         # The first position returned has no log-prob (None); keep the last response_len values.
         logprobs = [float(e[0]) for e in meta["input_token_logprobs"] if e[0] is not None]
@@ -273,3 +287,26 @@ class JudgeClient:
             tops = [t for t in meta.get("input_top_logprobs", []) if t is not None]
             out["top_logprobs"] = tops[-response_len:]
         return out
+
+
+def _scored_whole(answer: Any, url: str) -> None:
+    """A teacher answer covers the prompt, or the request was cut short and is asked again.
+
+    SGLang answers an aborted request (a weight update that aborts running requests, a
+    server draining) with 200 and ``finish_reason.type`` abort, its log-probs missing or
+    partial: taken as it is, that would be a wrong teacher signal, so it is transient
+    trouble. An answer without ``input_token_logprobs`` for another reason is an error.
+    """
+    meta = answer.get("meta_info") if isinstance(answer, dict) else None
+    if not isinstance(meta, dict):
+        raise TurnstreamError(f"teacher {url} answered without meta_info: {str(answer)[:200]}")
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        raise JudgeUnavailable(
+            f"teacher {url} aborted the request ({finish.get('message') or 'no reason given'})"
+        )
+    if not isinstance(meta.get("input_token_logprobs"), list):
+        raise TurnstreamError(
+            f"teacher {url} answered without input_token_logprobs: it must be an SGLang "
+            "/generate server that returns prompt log-probs (return_logprob, logprob_start_len)"
+        )

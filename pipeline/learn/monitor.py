@@ -26,6 +26,8 @@ class ScoredTurn:
     score: float
     included: bool
     policy_version: int | None
+    exclude_reason: str | None = None
+    teacher: bool = False  # it carries OPD teacher log-probs
 
 
 class _Lines:
@@ -137,7 +139,12 @@ class Monitor:
         if sample.sample_id not in self.scored:  # a duplicate delivery is one judgement
             self.judge.observe(sample)
         self.scored[sample.sample_id] = ScoredTurn(
-            sample.sample_id, sample.score, sample.loss_mask == 1, sample.policy_version
+            sample.sample_id,
+            sample.score,
+            sample.loss_mask == 1,
+            sample.policy_version,
+            sample.exclude_reason,
+            sample.teacher_logprobs is not None,
         )
 
     @property

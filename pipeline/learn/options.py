@@ -11,6 +11,11 @@ from pipeline.errors import ConfigError
 from pipeline.learn.preference import RightAndShort
 from pipeline.learn.users import Sampling
 
+MODES = ("rl", "opd", "combine")
+# --teacher-top-k K: the trainer's weight of the reverse KL to the teacher's top-K tokens
+# (beside the sampled token's teacher - old advantage), as OpenClaw-RL's top-K variant adds it
+TOPK_DISTILL_COEF = 1.0
+
 
 @dataclass(frozen=True)
 class LearnOptions:
@@ -25,7 +30,14 @@ class LearnOptions:
     batch_size: int = 16
     micro_batch_size: int = 8
     lr: float = 5e-4
-    baseline: str = "mean"  # the trainer's step_baseline: none, mean, mean_std or leave_one_out
+    # rl: the judge's reward; opd: teacher - old per token, the teacher being the served
+    # policy asked with the hint-augmented prompt; combine: both
+    mode: str = "rl"
+    # the trainer's step_baseline: none, mean, mean_std or leave_one_out; None: mean for rl
+    # and combine (whose reward term it centres), none for opd (nothing to centre: see
+    # step_baseline)
+    baseline: str | None = None
+    teacher_top_k: int = 0  # opd/combine: top-K teacher log-probs and their distillation
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
     max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
@@ -41,6 +53,7 @@ class LearnOptions:
     trainer_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_mode()
         if self.eval_every < 0:
             raise ConfigError(
                 f"eval_every (--eval-every) is {self.eval_every}: give 0 (no evaluation while "
@@ -53,6 +66,31 @@ class LearnOptions:
                 "the batch size (or no limit)"
             )
 
+    def _check_mode(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode (--mode) {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.mode == "opd" and self.baseline not in (None, "none"):
+            raise ConfigError(
+                f"baseline (--baseline) {self.baseline} with mode opd: a baseline centres the "
+                "judge's reward, and opd trains on teacher - old alone; give none, or mode "
+                "combine"
+            )
+        if self.teacher_top_k < 0 or (self.teacher_top_k and self.mode == "rl"):
+            raise ConfigError(
+                f"teacher_top_k (--teacher-top-k) {self.teacher_top_k}: give K >= 1 with "
+                "mode opd or combine (rl has no teacher), or 0"
+            )
+
+    @property
+    def step_baseline(self) -> str:
+        """The trainer's baseline: the one given, else mean for rl and combine (the reward
+        term relative to the step's other samples, so combine differs from rl only by its
+        teacher term) and none for opd (its advantage, teacher - old per token, is no reward
+        to centre; OpenClaw-RL's, and the trainer refuses a baseline with opd)."""
+        if self.baseline is not None:
+            return self.baseline
+        return "none" if self.mode == "opd" else "mean"
+
     @property
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.max_tokens)
@@ -62,12 +100,16 @@ class LearnOptions:
         return RightAndShort(self.max_words)
 
     def trainer_options(self) -> dict[str, Any]:
-        """The trainer's config: fresh-weights RL steps, each pushed to the server."""
+        """The trainer's config: fresh-weights steps in the run's mode, each pushed to the
+        server."""
+        topk = {"topk_distill_coef": TOPK_DISTILL_COEF} if self.teacher_top_k else {}
         return {
+            "mode": self.mode,
             "rollout_batch_size": self.batch_size,
             "micro_batch_size": self.micro_batch_size,
             "lr": self.lr,
-            "step_baseline": self.baseline,
+            "step_baseline": self.step_baseline,
+            **topk,
             "weight_decay": 0.0,
             "max_steps": self.steps,
             "update_weights_interval": 1,
@@ -79,7 +121,7 @@ class LearnOptions:
         }
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {**dataclasses.asdict(self), "baseline": self.step_baseline}  # the one used
         return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
 
 

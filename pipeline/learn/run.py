@@ -15,7 +15,7 @@ from pipeline.errors import TurnstreamError
 from pipeline.learn import alignment, freshness
 from pipeline.learn.evaluate import EvalResult, evaluate
 from pipeline.learn.loop import Users, Watched, follow
-from pipeline.learn.monitor import Monitor, intent_agreement
+from pipeline.learn.monitor import Monitor, ScoredTurn, intent_agreement
 from pipeline.learn.options import LearnOptions
 from pipeline.learn.prompts import default_prompts, load_prompts, split
 from pipeline.learn.report import (
@@ -28,6 +28,7 @@ from pipeline.learn.report import (
 from pipeline.learn.stack import (
     Judge,
     Proc,
+    TeacherServer,
     judge_backend,
     start_proxy,
     start_server,
@@ -105,7 +106,7 @@ class LearnRun:
         self.judge_backend = judge_backend(judge)
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
-        worker = self._keep(start_worker(s, w, judge))
+        worker = self._keep(start_worker(s, w, judge, o.mode, self._teacher()))
         trainer, files = start_trainer(s, self.model, self.server.url, w, o.trainer_options())
         self.trainer, self.trainer_log = self._keep(trainer), files.log
         self.monitor = Monitor(s, files.metrics, files.ledger)
@@ -120,11 +121,20 @@ class LearnRun:
         )
         self.console.print(
             f"policy {self.model} served at {self.server.url}; capture proxy at "
-            f"{self.proxy.url}; judge: {judge.url if judge else 'rules'}; topics "
-            f"{s.topic_prefix}*; "
-            f"logs in {w}"
+            f"{self.proxy.url}; judge: {judge.url if judge else 'rules'}; mode {o.mode}"
+            f"{' (teacher: the served policy, hinted)' if o.mode != 'rl' else ''}; topics "
+            f"{s.topic_prefix}*; logs in {w}"
         )
         self._phase("start")
+
+    def _teacher(self) -> TeacherServer | None:
+        """opd and combine: the served policy is the teacher, asked through the same server
+        with the hint-augmented prompt (prefill only: max_new_tokens 0). A push never fails
+        those calls here (requests admitted before a swap finish on their weights); an answer
+        cut short (SGLang's abort) is asked again by the worker, never taken as a signal."""
+        if self.options.mode == "rl":
+            return None
+        return TeacherServer(self.server.url, self.model, self.options.teacher_top_k)
 
     def _judge(self) -> Judge | None:
         """None for the rules judge; else an LLM judge: ``embedded`` serves the default
@@ -226,6 +236,9 @@ class LearnRun:
         r.pushes = [{"version": p.version, "step": p.step, "at_s": round(p.ts - first, 1)}
                     for p in m.pushes]  # fmt: skip
         r.training = _training(m.steps, len(m.trained))
+        r.training["teacher"] = teacher_tally(
+            [m.scored[i] for i in ids if i in m.scored], m.trained
+        )
         r.judge = {**m.judge.to_json(), "backend": m.judge.backend or self.judge_backend}
         intents = {freshness.sample_id(t): t.met for t in turns}
         scores = {sid: s.score for sid, s in m.scored.items()}
@@ -267,6 +280,19 @@ def _training(steps: list[dict[str, object]], trained: int) -> dict[str, object]
         "reward_mean_per_step": [row.get("reward_mean") for row in steps],
         "loss_per_step": [row.get("loss") for row in steps],
         "step_time": step_split(steps),
+    }
+
+
+def teacher_tally(scored: list[ScoredTurn], trained: dict[str, int]) -> dict[str, int]:
+    """The learning phase's teacher signal: the samples that carried teacher log-probs, how
+    many of them trained, how many trained without one (combine: the reward alone), and how
+    many were dropped for lack of a hint (opd: ``no_hint``)."""
+    taught = {s.sample_id for s in scored if s.teacher}
+    return {
+        "samples_with_teacher": len(taught),
+        "trained_with_teacher": sum(1 for sid in trained if sid in taught),
+        "trained_without_teacher": sum(1 for sid in trained if sid not in taught),
+        "excluded_no_hint": sum(1 for s in scored if s.exclude_reason == "no_hint"),
     }
 
 

@@ -93,10 +93,36 @@ def judge_backend(judge: Judge | None) -> str:
     return "sglang" if judge.tokenizer is not None else "openai"
 
 
-def start_worker(settings: Settings, workdir: Path, judge: Judge | None) -> Proc:
-    """A scoring worker: the rules judge, or the LLM judge ``judge``."""
+@dataclass(frozen=True)
+class TeacherServer:
+    """The OPD teacher for the worker: an SGLang /generate server (here the served policy,
+    asked with the hint-augmented prompt), the policy's tokenizer, top-K (0: off)."""
+
+    url: str
+    tokenizer: Path
+    top_k: int = 0
+
+    def env(self) -> dict[str, str]:
+        return {
+            "TURNSTREAM_SCORING_TEACHER_URLS": self.url,
+            "TURNSTREAM_SCORING_POLICY_TOKENIZER": str(self.tokenizer),
+            "TURNSTREAM_SCORING_TEACHER_TOP_K": str(self.top_k),
+        }
+
+
+def start_worker(
+    settings: Settings,
+    workdir: Path,
+    judge: Judge | None,
+    mode: str = "rl",
+    teacher: TeacherServer | None = None,
+) -> Proc:
+    """A scoring worker in ``mode``: the rules judge, or the LLM judge ``judge``; in opd and
+    combine its teacher log-probs come from ``teacher``."""
     args = ["worker", "--web-port", "0", "--data-dir", str(workdir / "worker")]
-    extra: dict[str, str] = {}
+    extra: dict[str, str] = {"TURNSTREAM_SCORING_MODE": mode}
+    if teacher is not None:
+        extra.update(teacher.env())
     args += ["--judge", judge_backend(judge)]
     if judge is not None:
         args += ["--judge-url", judge.url]
@@ -128,11 +154,11 @@ def trainer_files(workdir: Path) -> TrainerFiles:
 def start_trainer(
     settings: Settings, model: Path, policy_url: str, workdir: Path, options: dict[str, Any]
 ) -> tuple[Proc, TrainerFiles]:
-    """`turnstream train` from ``model``'s weights, pushing every version to ``policy_url``."""
+    """`turnstream train` from ``model``'s weights, pushing every version to ``policy_url``;
+    ``options`` (LearnOptions.trainer_options) hold its mode and step settings."""
     files = trainer_files(workdir)
     fresh_dir(files.config.parent)  # a run's trainer starts from the model, never an old run
     config = {
-        "mode": "rl",
         "model_path": str(model),
         "policy_urls": [policy_url],
         "checkpoint_dir": str(files.config.parent / "ckpt"),

@@ -76,9 +76,12 @@ class PrmScorer:
         return await score_pair(paired, self.judge, self.mode, self.teacher)
 
     async def close(self) -> None:
-        client: Any = getattr(self.judge, "client", None)  # the teacher shares it
-        if client is not None:
-            await client.close()
+        """The judge's client and the teacher's, once each (the teacher may share the judge's)."""
+        judge: Any = getattr(self.judge, "client", None)
+        teacher = self.teacher.client if self.teacher is not None else None
+        for client in (judge, teacher if teacher is not judge else None):
+            if client is not None:
+                await client.close()
 
 
 @dataclass
