@@ -34,6 +34,7 @@ from pipeline.learn.stack import (
     start_server,
     start_trainer,
     start_worker,
+    trainer_files,
 )
 from pipeline.learn.steps import step_split
 from pipeline.learn.users import Population, ServedTurn
@@ -55,6 +56,7 @@ def run_learn(settings: Settings, options: LearnOptions, console: Console) -> Le
         run = LearnRun(settings, options, console, cleanup)
         run.start()
         run.evaluate("before")
+        run.start_training()
         turns = run.learn()
         run.evaluate("after")
         run.measure(turns)
@@ -94,7 +96,8 @@ class LearnRun:
         return self.children.add(proc)
 
     def start(self) -> None:
-        """Broker, topics, policy server, judge, proxy, worker, trainer; then the monitor."""
+        """Broker, topics, policy server, judge, proxy, worker; then the monitor (the trainer
+        starts after the first evaluation: :meth:`start_training`)."""
         s, o, w = self.settings, self.options, self.workdir
         _broker(s, self.cleanup, self.console)
         self.children = Children()  # stopped together, before the broker
@@ -107,8 +110,7 @@ class LearnRun:
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
         worker = self._keep(start_worker(s, w, judge, o.mode, self._teacher()))
-        trainer, files = start_trainer(s, self.model, self.server.url, w, o.trainer_options())
-        self.trainer, self.trainer_log = self._keep(trainer), files.log
+        files = trainer_files(w)
         self.monitor = Monitor(s, files.metrics, files.ledger)
         self.cleanup.callback(self.monitor.close)
         self.cleanup.callback(self.children.stop)  # on the way out, before the monitor closes
@@ -126,6 +128,15 @@ class LearnRun:
             f"{s.topic_prefix}*; logs in {w}"
         )
         self._phase("start")
+
+    def start_training(self) -> None:
+        """The trainer, once version 0 is evaluated: its start (torch, DeepSpeed, the model)
+        would otherwise take the CPU from the evaluation and slow it down."""
+        trainer, files = start_trainer(
+            self.settings, self.model, self.server.url, self.workdir, self.options.trainer_options()
+        )
+        self.trainer, self.trainer_log = self._keep(trainer), files.log
+        self._phase("start_trainer")
 
     def _teacher(self) -> TeacherServer | None:
         """opd and combine: the served policy is the teacher, asked through the same server
