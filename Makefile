@@ -72,6 +72,7 @@ bench: setup kafka-jars model
 	$(BIN)/python benchmarks/votes.py
 	$(BIN)/python benchmarks/overlap.py
 	$(BIN)/python benchmarks/trainer.py
+	$(BIN)/python benchmarks/kl_reference.py
 	$(BIN)/python benchmarks/judge_step.py
 	$(BIN)/python benchmarks/proxy.py
 	$(BIN)/python benchmarks/replay.py

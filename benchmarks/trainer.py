@@ -112,6 +112,7 @@ def main() -> None:
         tiny_model=tiny,
         bf16=args.device == "cuda",
         update_weights_interval=0,
+        monitor_kl=False,  # the plain loop measures no KL: the same work on both sides
     )
     batch = workload(args.samples)
     bucketed = micro_batches(batch, args.micro_batch, pad_id=0, bucketing=True)

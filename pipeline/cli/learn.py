@@ -200,6 +200,15 @@ def eval_rows(table: Table, evaluation: dict[str, Any]) -> None:
         )
 
 
+def divergence_rows(table: Table, divergence: list[dict[str, Any]]) -> None:
+    """The sentinels' verdict: each evaluation at which the train reward rose while the
+    held-out accuracy fell (a warning beside the verdict), or that none did."""
+    if not divergence:
+        table.add_row("divergence (train reward up, held-out accuracy down)", "none")
+    for d in divergence:
+        table.add_row(f"[bold red]divergence at version {d['version']}[/]", d["reason"])
+
+
 def summary_table(report: LearnReport) -> Table:
     table = Table(title=f"learn: {report.preference}")
     table.add_column("what")
@@ -216,6 +225,7 @@ def summary_table(report: LearnReport) -> Table:
             "verdict",
             f"{loud}{v['verdict']}" + (f" (missed: {', '.join(missed)})" if missed else ""),
         )
+        divergence_rows(table, v.get("divergence", []))
     a = report.alignment
     if a.get("tokens"):
         table.add_row(

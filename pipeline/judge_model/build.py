@@ -25,7 +25,7 @@ from pipeline.judge.prompts import PROMPT_VERSION
 from pipeline.judge_model.examples import JudgeExample, Kind, build_examples
 from pipeline.judge_model.options import TuneOptions
 from pipeline.judge_model.progress import Progress
-from pipeline.judge_model.stack import Split, check_transformers
+from pipeline.judge_model.stack import Split
 from pipeline.judge_model.tune import (
     KindData,
     decisions,
@@ -33,6 +33,7 @@ from pipeline.judge_model.tune import (
     prepare,
     train,
 )
+from pipeline.models.decoder import check_transformers
 from pipeline.models.fetch import JUDGE_MANIFEST, JUDGE_NAME, read_judge_manifest
 from pipeline.rewards.agreement import AgreementReport, agreement, load_gold, render
 from pipeline.settings import ModelSettings, shipped_file
@@ -112,7 +113,7 @@ def train_judge(
     """Train a judge from ``gold``; measure it on ``heldout``; write it to ``output``."""
     import torch
 
-    check_transformers()
+    check_transformers("judge training")
     started = time.monotonic()
     torch.manual_seed(options.seed)
     items = load_gold(gold)

@@ -12,7 +12,8 @@ suffixes apart, then the output head on the answer positions only.
 Transformers' attention asks its cache for one thing, ``update(key, value,
 layer_idx)``, returning the keys and values to attend to: :class:`PrefixKV`
 answers it. That is the library's internal calling convention, so the
-versions it was tested with are checked here (:func:`check_transformers`) and
+versions it was tested with are checked (:mod:`pipeline.models.decoder`, which
+runs the layers, and :func:`~pipeline.models.decoder.check_transformers`) and
 the result is tested against the model's own forward pass.
 """
 
@@ -25,20 +26,7 @@ from typing import Any
 import torch
 
 from pipeline.errors import TurnstreamError
-
-TESTED_TRANSFORMERS = (5,)  # major versions whose attention calls cache.update(k, v, layer_idx)
-
-
-def check_transformers() -> None:
-    import transformers
-
-    major = int(transformers.__version__.split(".")[0])
-    if major not in TESTED_TRANSFORMERS:
-        raise TurnstreamError(
-            f"judge training runs transformers' decoder layers one by one, tested with "
-            f"transformers {TESTED_TRANSFORMERS} (major); {transformers.__version__} is "
-            "installed: install transformers 5.x"
-        )
+from pipeline.models.decoder import run_decoder_layers
 
 
 class PrefixKV:
@@ -78,7 +66,8 @@ def run_layers(
 ) -> torch.Tensor:
     """``hidden`` [B, S, D] at positions start.., through ``layers``, after ``kv``'s prefix."""
     positions = torch.arange(start, start + hidden.shape[1])[None]
-    return _through(model, layers, hidden, positions, causal_mask(hidden.shape[1], start), kv)
+    mask = causal_mask(hidden.shape[1], start)
+    return run_decoder_layers(model.model.rotary_emb, layers, hidden, positions, mask, kv)
 
 
 def packed_mask(lengths: Sequence[int], start: int) -> torch.Tensor:
@@ -102,27 +91,8 @@ def run_packed(
     """Sequences of ``lengths`` packed in ``hidden`` [1, T, D], each at positions start..,
     through ``layers`` after ``kv``'s prefix: as if each ran alone, with no padding."""
     positions = torch.cat([torch.arange(start, start + n) for n in lengths])[None]
-    return _through(model, layers, hidden, positions, packed_mask(lengths, start), kv)
-
-
-def _through(
-    model: Any,
-    layers: Sequence[torch.nn.Module],
-    hidden: torch.Tensor,
-    positions: torch.Tensor,
-    mask: torch.Tensor,
-    kv: PrefixKV,
-) -> torch.Tensor:
-    rotary = model.model.rotary_emb(hidden, positions)
-    for layer in layers:
-        hidden = layer(
-            hidden,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=kv,
-            position_embeddings=rotary,
-        )
-    return hidden
+    mask = packed_mask(lengths, start)
+    return run_decoder_layers(model.model.rotary_emb, layers, hidden, positions, mask, kv)
 
 
 @dataclass

@@ -7,20 +7,21 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
 from pipeline.errors import TurnstreamError
+from pipeline.learn import sentinels
 from pipeline.learn.freshness import sample_id
 from pipeline.learn.monitor import Monitor
 from pipeline.learn.report import per_version
 from pipeline.learn.stack import Proc
 from pipeline.learn.users import Population, ServedTurn
-from pipeline.learn.view import Snapshot, live_table
+from pipeline.learn.view import LiveView, Snapshot
 from pipeline.processes import tail
 
 
@@ -122,7 +123,12 @@ def waiting_samples(turns: list[ServedTurn], monitor: Monitor) -> int:
 
 
 def snapshot(
-    phase: str, users: Users, monitor: Monitor, started: float, max_steps: int
+    phase: str,
+    users: Users,
+    monitor: Monitor,
+    started: float,
+    max_steps: int,
+    sentinel: sentinels.Sentinels | None = None,
 ) -> Snapshot:
     turns = users.turns
     ids = {sample_id(t) for t in turns}
@@ -141,7 +147,39 @@ def snapshot(
         waiting=waiting_samples(turns, monitor),
         last_push_ts=monitor.pushes[-1].ts if monitor.pushes else None,
         versions=per_version(turns, scored),
+        last_reward=last_reward(monitor.steps),
+        sentinels=sentinel or sentinels.Sentinels([], []),
     )
+
+
+def last_reward(steps: list[dict[str, Any]]) -> float | None:
+    """The trainer's last step's reward mean (None before its first step)."""
+    value = steps[-1].get("reward_mean") if steps else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class DivergenceWatch:
+    """The run's sentinels as its evaluations come in (``evaluation``: the report's, which
+    the periodic evaluations fill on this same thread); a WARN line on ``console`` the first
+    time each divergence shows. Those ``steps`` and ``evaluation`` already show when the
+    watch starts (a phase after learning's) were shown before: not warned of again."""
+
+    def __init__(
+        self, console: Console, evaluation: Mapping[str, Any], steps: list[dict[str, Any]]
+    ) -> None:
+        self.console, self.evaluation = console, evaluation
+        self.warned = {d.version for d in sentinels.measure(steps, evaluation).divergence}
+
+    def check(self, steps: list[dict[str, Any]]) -> sentinels.Sentinels:
+        found = sentinels.measure(steps, self.evaluation)
+        for d in found.divergence:
+            if d.version not in self.warned:
+                self.warned.add(d.version)
+                self.console.print(
+                    f"[bold red]WARN[/] divergence at policy version {d.version}: {d.reason} "
+                    "(the policy may be pleasing its judge, not answering better)"
+                )
+        return found
 
 
 def hold_users(population: Population, action: Callable[[], None]) -> None:
@@ -168,13 +206,17 @@ def follow(
     max_ahead: int | None,
     deadline: float,
     on_push: Callable[[int], None] | None = None,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> None:
     """Live view until ``done()``; at most ``max_ahead`` sessions are ahead of the trainer
     (started, and their sample neither trained nor excluded). ``on_push(version)`` runs for
-    each push seen, while no user starts a session."""
+    each push seen, while no user starts a session. ``evaluation`` (the report's, filled
+    by ``on_push``) feeds the sentinels: a divergence is warned of as it shows."""
     stall = Stall()
     pushes = len(monitor.pushes)
-    with Live(console=console, refresh_per_second=2, transient=False) as live:
+    shared = evaluation if evaluation is not None else {}  # the same dict, filled as it goes
+    watch = DivergenceWatch(console, shared, monitor.steps)
+    with LiveView(console) as view:
         while True:
             monitor.poll()
             watched.check()
@@ -185,14 +227,21 @@ def follow(
                     hold_users(users.population, functools.partial(on_push, push.version))
                 pushes = len(monitor.pushes)
             if max_ahead is not None:
-                turns = users.turns
-                count = settled(turns, monitor)
-                users.population.allowed = count + max_ahead
-                progress = (len(turns), count, len(monitor.scored), len(monitor.steps))
-                stall.check(users.population.paused, progress, len(turns) - count)
-            live.update(live_table(snapshot(phase, users, monitor, started, max_steps)))
+                pace(users, monitor, max_ahead, stall)
+            found = watch.check(monitor.steps)
+            view.show(snapshot(phase, users, monitor, started, max_steps, found))
             if done():
                 return
             if time.monotonic() > deadline:
                 raise TurnstreamError(f"the run did not finish {phase} in time")
             time.sleep(0.5)
+
+
+def pace(users: Users, monitor: Monitor, max_ahead: int, stall: Stall) -> None:
+    """Let users start sessions up to ``max_ahead`` past the settled ones; ``stall`` raises
+    when they are held back and nothing moves."""
+    turns = users.turns
+    count = settled(turns, monitor)
+    users.population.allowed = count + max_ahead
+    progress = (len(turns), count, len(monitor.scored), len(monitor.steps))
+    stall.check(users.population.paused, progress, len(turns) - count)

@@ -1,4 +1,5 @@
-"""The run's figures: per-version reward and length, and the JSON and PNG they are written to."""
+"""The run's figures: per-version reward and length, the sentinels against reward hacking,
+and the JSON and PNG they are written to."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class LearnReport:
     freshness: dict[str, Any] = field(default_factory=dict)
     pushes: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] = field(default_factory=dict)
+    sentinels: dict[str, Any] = field(default_factory=dict)  # sentinels.Sentinels.to_json()
     judge: dict[str, Any] = field(default_factory=dict)
     verdict: dict[str, Any] = field(default_factory=dict)
     users: dict[str, Any] = field(default_factory=dict)
@@ -94,6 +96,7 @@ class LearnReport:
             "freshness": self.freshness,
             "pushes": self.pushes,
             "training": self.training,
+            "sentinels": self.sentinels,
             "judge": self.judge,
             "users": self.users,
             "phases_s": {k: round(v, 1) for k, v in self.phases_s.items()},
@@ -127,14 +130,18 @@ def eval_gain(evaluation: dict[str, Any]) -> float | None:
     return round(float(after["success"]) - float(control["success"]), 4)
 
 
-def run_verdict(evaluation: dict[str, Any]) -> dict[str, Any]:
+def run_verdict(
+    evaluation: dict[str, Any], divergence: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The run's verdict on its held-out evaluation: "reward hacking" when accuracy fell by
     more than HACK_DROP from version 0 to the final version, whatever the success; "goals
     met" when every goal measured holds (success final - control >= GOAL_GAIN, accuracy
-    final >= version 0, degenerate final <= MAX_DEGENERATE); else "goals missed"."""
+    final >= version 0, degenerate final <= MAX_DEGENERATE); else "goals missed". The
+    sentinels' ``divergence`` (train reward up while held-out accuracy fell, between
+    evaluations) goes with it, beside the verdict: a warning, not a goal."""
     before, after = evaluation.get("before"), evaluation.get("after")
     if not before or not after:
-        return {"verdict": "not evaluated", "goals": {}}
+        return {"verdict": "not evaluated", "goals": {}, "divergence": divergence or []}
     change = round(float(after["accuracy"]) - float(before["accuracy"]), 4)
     goals = {
         "accuracy_kept": change >= 0,
@@ -147,17 +154,43 @@ def run_verdict(evaluation: dict[str, Any]) -> dict[str, Any]:
         name = REWARD_HACKING
     else:
         name = "goals met" if all(goals.values()) else "goals missed"
-    return {"verdict": name, "goals": goals, "accuracy_change": change, "success_gain": gain}
+    return {
+        "verdict": name,
+        "goals": goals,
+        "accuracy_change": change,
+        "success_gain": gain,
+        "divergence": divergence or [],
+    }
 
 
 def write_chart(report: LearnReport, path: Path) -> Path:
-    """Reward and response length per policy version, and the evaluation rates, as a PNG."""
+    """Reward and response length per policy version, the evaluation rates and, below, the
+    sentinels (train reward against held-out accuracy, entropy and KL per version, with any
+    divergence marked), as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (reward_ax, length_ax, eval_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig = plt.figure(figsize=(13, 7.6))
+    grid = fig.add_gridspec(2, 3)
+    _served_panels(report, fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]))
+    _eval_panel(report.evaluation, fig.add_subplot(grid[0, 2]))
+    rows = report.sentinels.get("per_version", [])
+    flagged = report.sentinels.get("divergence", [])
+    _sentinel_panel(rows, flagged, fig.add_subplot(grid[1, :2]))
+    _drift_panel(rows, flagged, fig.add_subplot(grid[1, 2]))
+    verdict = report.verdict.get("verdict")
+    fig.suptitle(f"turnstream learn: {report.preference}" + (f" ({verdict})" if verdict else ""))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _served_panels(report: LearnReport, reward_ax: Any, length_ax: Any) -> None:
+    """The judge's reward and the answers' length per version, over the turns users saw."""
     versions = [v.version for v in report.versions]
     rewards = [v.reward_mean for v in report.versions]
     reward_ax.plot(
@@ -170,9 +203,12 @@ def write_chart(report: LearnReport, path: Path) -> Path:
     )
     length_ax.plot(versions, [v.mean_words for v in report.versions], marker="o", color="tab:red")
     length_ax.set(title="mean response length", xlabel="policy version", ylabel="words")
-    labels = [k for k in ("before", "after", "control") if report.evaluation.get(k)]
+
+
+def _eval_panel(evaluation: dict[str, Any], eval_ax: Any) -> None:
+    labels = [k for k in ("before", "after", "control") if evaluation.get(k)]
     for offset, measure, colour in ((-0.2, "success", "tab:green"), (0.2, "accuracy", "tab:blue")):
-        shares = [report.evaluation[k][measure] for k in labels]
+        shares = [evaluation[k][measure] for k in labels]
         at = [i + offset for i in range(len(labels))]
         eval_ax.bar(at, shares, width=0.4, color=colour, label=measure)
         for x, share in zip(at, shares, strict=True):
@@ -180,10 +216,38 @@ def write_chart(report: LearnReport, path: Path) -> Path:
     eval_ax.set_xticks(range(len(labels)), labels)
     eval_ax.legend(loc="upper left", fontsize=8)
     eval_ax.set(title="held-out success and accuracy", ylabel="share", ylim=(0, 1.15))
-    verdict = report.verdict.get("verdict")
-    fig.suptitle(f"turnstream learn: {report.preference}" + (f" ({verdict})" if verdict else ""))
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(versions, values) of the rows that have ``key``."""
+    have = [r for r in rows if r.get(key) is not None]
+    return [r["version"] for r in have], [r[key] for r in have]
+
+
+def _sentinel_panel(rows: list[dict[str, Any]], flagged: list[dict[str, Any]], ax: Any) -> None:
+    """Train reward (left axis) against held-out accuracy (right axis) per version; each
+    divergence shaded from the evaluation it is measured from to the one it showed at."""
+    ax.plot(*_series(rows, "reward_mean"), marker=".", color="tab:purple", label="train reward")
+    ax.set(xlabel="policy version", ylabel="train reward mean", ylim=(-1.05, 1.05))
+    acc_ax = ax.twinx()
+    acc_ax.plot(*_series(rows, "heldout_accuracy"), marker="o", color="tab:blue")
+    acc_ax.set(ylabel="held-out accuracy", ylim=(0, 1.05))
+    for d in flagged:
+        ax.axvspan(d["since"], d["version"], color="tab:red", alpha=0.15)
+        ax.annotate("divergence", (d["version"], 0.9), color="tab:red", ha="right", fontsize=8)
+    title = "sentinels: train reward (purple) vs held-out accuracy (blue)"
+    if flagged:
+        title += " - DIVERGENCE at " + ", ".join(f"v{d['version']}" for d in flagged)
+    ax.set_title(title, color="tab:red" if flagged else "black")
+
+
+def _drift_panel(rows: list[dict[str, Any]], flagged: list[dict[str, Any]], ax: Any) -> None:
+    """Entropy (left axis) and KL to the initial policy (right axis) per version."""
+    ax.plot(*_series(rows, "entropy"), marker=".", color="tab:orange")
+    ax.set(title="entropy (orange), KL to initial (grey)", xlabel="policy version")
+    ax.set_ylabel("entropy, nats")
+    kl_ax = ax.twinx()
+    kl_ax.plot(*_series(rows, "kl"), marker=".", color="tab:gray")
+    kl_ax.set_ylabel("KL")
+    for d in flagged:
+        ax.axvline(d["version"], color="tab:red", linestyle="--")

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
-from pipeline.learn import alignment, freshness
+from pipeline.learn import alignment, freshness, sentinels
 from pipeline.learn.evaluate import EvalResult, evaluate
 from pipeline.learn.loop import Users, Watched, follow
 from pipeline.learn.monitor import Monitor, ScoredTurn, intent_agreement
@@ -232,7 +232,8 @@ class LearnRun:
     ) -> None:
         deadline = self.started + self.options.timeout_s
         follow(phase, users, self.monitor, self.watched, done, self.console,
-               self.started, self.options.steps, max_ahead, deadline, on_push)  # fmt: skip
+               self.started, self.options.steps, max_ahead, deadline, on_push,
+               self.report.evaluation)  # fmt: skip
 
     def measure(self, turns: list[ServedTurn]) -> None:
         """Alignment, per-version figures, freshness, pushes and training totals."""
@@ -275,7 +276,9 @@ class LearnRun:
         self.evaluate("control")
 
     def finish(self) -> LearnReport:
-        self.report.verdict = run_verdict(self.report.evaluation)
+        found = sentinels.measure(self.monitor.steps, self.report.evaluation)
+        self.report.sentinels = found.to_json()
+        self.report.verdict = run_verdict(self.report.evaluation, found.to_json()["divergence"])
         self.report.wall_time_s = time.monotonic() - self.started
         self.report.write(self.workdir / "learn.json")
         write_chart(self.report, self.workdir / "learn.png")

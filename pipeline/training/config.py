@@ -71,8 +71,20 @@ class TrainerConfig:
         "ungrouped samples, as REINFORCE with a batch baseline): r - mean, (r - mean) / std or "
         "r - mean of the others; none = the raw score (the reference's behaviour)",
     )
-    kl_coef: float = opt(0.0, "KL-to-reference coefficient (0 = no reference model)")
+    kl_coef: float = opt(
+        0.0,
+        "weight of the KL to the initial policy in the loss (0 = no penalty; the KL is still "
+        "measured while monitor_kl is on)",
+    )
     kl_kind: Literal["k1", "k3"] = opt("k3", "KL estimator")
+    monitor_kl: bool = opt(
+        True,
+        "measure the KL to the initial policy at every step (the kl metric), kl_coef or not: "
+        "with train_top_layers from frozen copies of the top layers and the final norm, run on "
+        "the policy's own hidden state (about top/N of a forward pass); without, from a full "
+        "copy of the model (its memory, and one more forward pass). false with kl_coef 0: no "
+        "reference, kl is 0",
+    )
     entropy_coef: float = opt(0.0, "entropy bonus coefficient")
     loss_agg: Literal["token_mean", "seq_mean_token_mean"] = opt(
         "seq_mean_token_mean",

@@ -7,7 +7,6 @@ the gloo backend and fp32; on GPUs with bf16 and ZeRO 2/3, launched by the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import time
@@ -21,6 +20,7 @@ from pipeline.errors import ConfigError
 from pipeline.training import losses
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
+from pipeline.training.reference import build_reference
 
 
 def setup_distributed() -> str:
@@ -116,8 +116,7 @@ def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:
 def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, L-1] log-prob of each next token, [B, L-1, V] logits)."""
     logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return logp.gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1), logits
+    return losses.next_token_logprobs(logits, mb.input_ids), logits
 
 
 def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
@@ -131,6 +130,10 @@ def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
 
 @dataclass
 class StepMetrics:
+    """One optimizer step's figures. Its forward passes run on the weights the step started
+    from, so ``entropy`` and ``kl`` (to the initial policy) are those weights'; its samples
+    give ``reward_mean`` and ``response_length`` (tokens)."""
+
     step: int
     samples: int
     loss: float
@@ -173,9 +176,7 @@ class PolicyEngine:
         self.config = config
         self.device = setup_distributed()
         model = build_model(config, vocab_size)
-        self.reference = None
-        if config.kl_coef > 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False).to(self.device)
+        self.reference = build_reference(config, model, self.device)  # the initial weights
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -199,6 +200,29 @@ class PolicyEngine:
         self.engine.train()
         return logp
 
+    def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor | None:
+        """The initial policy's log-probs of ``mb``'s tokens (None without a reference)."""
+        return self._before_update(self._to_device(mb))[1]
+
+    @torch.no_grad()
+    def _before_update(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The policy's log-probs before the update (the proximal policy), and the
+        reference's (None without one), from the same pass: a top-layer reference starts
+        from the hidden state this pass computes below the trained layers."""
+        ref = self.reference
+        layer = None if ref is None else ref.hidden_layer
+        self.engine.eval()
+        out = self.engine(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            output_hidden_states=layer is not None,
+        )
+        self.engine.train()
+        old = losses.next_token_logprobs(out.logits[:, :-1], mb.input_ids)
+        if ref is None:
+            return old, None
+        return old, ref.logprobs(mb, None if layer is None else out.hidden_states[layer])
+
     def train_step(
         self,
         batches: list[MicroBatch],
@@ -215,14 +239,15 @@ class PolicyEngine:
         started = time.perf_counter()
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         batches = [self._to_device(mb) for mb in batches]
-        olds = [self.logprobs(mb) for mb in batches]  # the proximal policy: before the update
+        before = [self._before_update(mb) for mb in batches]
+        olds = [old for old, _ in before]
         tokens = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
         samples = total_samples if total_samples is not None else sum(mb.samples for mb in batches)
         total = tokens if self.config.loss_agg == "token_mean" else samples
         sums = dict.fromkeys(SUMMED, 0.0)
         self.engine.train()
-        for i, (mb, old) in enumerate(zip(batches, olds, strict=True)):
-            parts = self._micro_loss(mb, old)
+        for i, (mb, (old, ref)) in enumerate(zip(batches, before, strict=True)):
+            parts = self._micro_loss(mb, old, ref)
             weight = losses.agg_units(mb.response_mask, self.config.loss_agg) / max(total, 1)
             self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
             self.engine.backward(parts["loss"] * weight * world)
@@ -268,8 +293,11 @@ class PolicyEngine:
             topk_kl=sums["topk_kl"],
         )
 
-    def _micro_loss(self, mb: MicroBatch, old: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts."""
+    def _micro_loss(
+        self, mb: MicroBatch, old: torch.Tensor, ref: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts;
+        ``ref`` is the initial policy's log-probs (None: no reference, the KL is 0)."""
         c = self.config
         mask = mb.response_mask
         logp, logits = token_logprobs(self.engine, mb)
@@ -294,11 +322,11 @@ class PolicyEngine:
         if c.entropy_coef:
             loss = loss - c.entropy_coef * entropy
         kl = torch.zeros(())
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logp, _ = token_logprobs(self.reference, mb)
-            kl = losses.kl_to_reference(logp, ref_logp, mask, c.kl_kind, c.loss_agg)
-            loss = loss + c.kl_coef * kl
+        if ref is not None:  # measured always, a gradient only where it is penalised
+            policy = logp if c.kl_coef else logp.detach()
+            kl = losses.kl_to_reference(policy, ref, mask, c.kl_kind, c.loss_agg)
+            if c.kl_coef:
+                loss = loss + c.kl_coef * kl
         topk = torch.zeros(())
         ids, top, has_top = mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.has_teacher_topk
         if c.topk_distill_coef and ids is not None and top is not None and has_top is not None:

@@ -51,6 +51,13 @@ def agg_units(mask: Tensor, agg: Agg) -> int:
     return int((mask.sum(-1) > 0).sum().item())
 
 
+def next_token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
+    """[B, L-1] log-prob of each next token of ``input_ids`` [B, L] under ``logits``
+    [B, L-1, V] (the logits at every position but the last)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
 def rl_advantages(rewards: Tensor, mask: Tensor) -> Tensor:
     """The sample's reward broadcast over its response tokens."""
     return rewards.float()[:, None] * mask.float()

@@ -29,8 +29,19 @@ STEP_FIELDS = (
     "policy_version",
     "step",
 )
+# The sentinels against reward hacking: the reward rising while these drift says the policy
+# found a way to please its judge (learn puts them beside a held-out accuracy per version).
+SENTINEL_HELP = {
+    "reward_mean": "mean reward of the last step's samples (the training signal)",
+    "response_length": "mean response tokens of the last step's samples",
+    "entropy": "policy entropy over the last step's response tokens, before its update",
+    "kl": "KL of the policy to its initial weights over the last step's response tokens, "
+    "before its update (kl_kind; measured while monitor_kl is on, penalised with kl_coef)",
+}
 GAUGES = {
-    name: Gauge(f"turnstream_trainer_{name}", f"trainer {name} of the last step")
+    name: Gauge(
+        f"turnstream_trainer_{name}", SENTINEL_HELP.get(name, f"trainer {name} of the last step")
+    )
     for name in STEP_FIELDS
 }
 SKIPPED = Counter(

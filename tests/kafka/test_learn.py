@@ -5,6 +5,7 @@ are the trainer's at the same weights."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,28 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     assert report["freshness"]["samples"] >= 1 and report["freshness"]["p50_s"] > 0
     assert (workdir / "learn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "final - control" in result.stdout
+    assert_sentinels(report, result.stdout)
+
+
+def assert_sentinels(report: dict, stdout: str) -> None:
+    """Per version: the trainer's figures of the step that started from it (none started
+    from the last), the held-out accuracy where it was evaluated (each one, here); the KL to
+    the initial policy from the top-layer reference: 0 at version 0, more once it moved.
+    The output went to a pipe: progress lines, not a live table."""
+    rows = report["sentinels"]["per_version"]
+    assert [r["version"] for r in rows] == [0, 1, 2]
+    assert all(r["heldout_accuracy"] is not None for r in rows)
+    for row in rows[:2]:
+        assert row["reward_mean"] is not None and row["entropy"] > 0, row
+        assert row["response_length"] > 0, row
+    assert abs(rows[0]["kl"]) < 1e-6, rows
+    # step 1 moved the policy unless its scores were all alike (the step's mean baseline
+    # leaves no advantage; the rules judge scores +1 or -1)
+    assert rows[1]["kl"] > 0 or abs(rows[0]["reward_mean"]) == 1.0, rows
+    assert rows[2]["reward_mean"] is None
+    assert report["verdict"]["divergence"] == report["sentinels"]["divergence"]
+    assert re.search(r"^learning \d+s: serving v\d, steps \d/2, turns \d+", stdout, re.M), stdout
+    assert "divergence" in stdout  # the summary's row: none, or each one
 
 
 @pytest.fixture

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from pipeline.learn import alignment
 from pipeline.learn.freshness import Push, first_version_with, measure, percentile, version_during
@@ -98,8 +101,73 @@ def test_report_json_and_chart(tmp_path: Path) -> None:
     }  # fmt: skip
     assert written["eval"]["after"]["success"] == 0.6
     assert written["verdict"]["verdict"] == "goals met"
+    assert written["sentinels"] == {}  # none measured: the chart still draws
     png = write_chart(report, tmp_path / "learn.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def evaluated(figures: dict[str, float], version: int) -> dict[str, Any]:
+    """An evaluation's JSON as learn.json holds it: ten answers, all from ``version``."""
+    return {**figures, "n": 10, "mean_words": 8.0, "versions": {str(version): 10}}
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_the_report_and_chart_carry_the_sentinels_and_their_divergence(tmp_path: Path) -> None:
+    from pipeline.cli.learn import summary_table
+    from pipeline.learn.sentinels import measure
+
+    steps = [
+        {"step": n, "policy_version": n, "pushed": True, "reward_mean": r, "entropy": 2.0 - n / 10,
+         "kl": n / 100, "response_length": 20.0 - n}
+        for n, r in enumerate([-0.2, 0.0, 0.3, 0.5], start=1)
+    ]  # fmt: skip
+    report = LearnReport({"steps": 4}, "right and short")
+    report.evaluation = {
+        "before": evaluated(held_out(0.1, 0.50), 0),
+        "periodic": {"2": evaluated(held_out(0.2, 0.49), 2)},
+        "after": evaluated(held_out(0.4, 0.41), 4),
+    }
+    found = measure(steps, report.evaluation)
+    report.sentinels = found.to_json()
+    report.verdict = run_verdict(report.evaluation, report.sentinels["divergence"])
+    assert report.verdict["verdict"] == "reward hacking"  # -0.09: the verdict is unchanged
+    [flag] = report.verdict["divergence"]
+    assert (flag["version"], flag["since"]) == (4, 2)  # reward 0.5 vs mean(0.0, 0.3): +0.35
+    written = json.loads(report.write(tmp_path / "learn.json").read_text())
+    rows = written["sentinels"]["per_version"]
+    assert [r["version"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[2] == {
+        "version": 2, "reward_mean": 0.3, "heldout_accuracy": 0.49, "response_length": 17.0,
+        "entropy": 1.7, "kl": 0.03,
+    }  # fmt: skip
+    assert rows[1]["heldout_accuracy"] is None and rows[4]["reward_mean"] is None
+    assert written["sentinels"]["divergence"] == [flag]
+    assert "train reward +0.350 while held-out accuracy -0.080" in flag["reason"]
+    png = write_chart(report, tmp_path / "learn.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png_size(png) == (1300, 760)  # two rows
+    console = Console(file=io.StringIO(), width=200)
+    console.print(summary_table(report))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "divergence at version 4" in text and "from version 2 to 4" in text
+
+
+def test_the_summary_says_when_no_divergence_showed() -> None:
+    from pipeline.cli.learn import summary_table
+
+    report = LearnReport({}, "right and short")
+    report.evaluation = {
+        "before": evaluated(held_out(0.1, 0.5), 0),
+        "after": evaluated(held_out(0.5, 0.5), 2),
+    }
+    report.verdict = run_verdict(report.evaluation, [])
+    console = Console(file=io.StringIO(), width=200)
+    console.print(summary_table(report))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "divergence (train reward up, held-out accuracy down)" in text and "none" in text
 
 
 def held_out(success: float, accuracy: float, degenerate: float = 0.0) -> dict[str, float]:
