@@ -217,7 +217,7 @@ class Trainer:
         pushed = None
         interval = self.config.update_weights_interval
         if interval and metrics.step % interval == 0:
-            pushed = self._push_weights(out, metrics.step)
+            pushed = self._push_weights(out, metrics.step, _sentinels(metrics))
         pushed_at = time.perf_counter()
         self._checkpoint_and_commit(out, [s.sample_id for s in samples])
         done = time.perf_counter()
@@ -249,7 +249,9 @@ class Trainer:
         self.state.skipped = self.intake.skips_below(offsets)
         return offsets
 
-    def _push_weights(self, out: KafkaProducer, step: int) -> PolicyVersion | None:
+    def _push_weights(
+        self, out: KafkaProducer, step: int, sentinels: dict[str, float] | None = None
+    ) -> PolicyVersion | None:
         """Save HF weights, have the policy servers load them, announce the version."""
         version = self.state.policy_version + 1
         weights_dir = Path(self.config.weights_dir)
@@ -265,8 +267,8 @@ class Trainer:
             WEIGHT_PUSH_FAILURES.labels("error").inc()
             log.exception("weight push of %s failed unexpectedly", path)
             return None
-        record = PolicyVersion(version, str(path), step, time.time())
         self._last_push = {"kind": self._push_kind, "bytes": self._push_bytes}
+        record = PolicyVersion(version, str(path), step, time.time(), sentinels, self._last_push)
         topic = self.settings.topics.policy_versions.name
         self.outbox.send(out, topic, record.encode(), key=b"policy")
         self.state.policy_version = version
@@ -317,3 +319,11 @@ class Trainer:
 
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+SENTINELS = ("reward_mean", "response_length", "entropy", "kl")
+
+
+def _sentinels(metrics: Any) -> dict[str, float]:
+    """The step's figures a version carries on policy.versions (see PolicyVersion)."""
+    return {name: round(float(getattr(metrics, name)), 6) for name in SENTINELS}

@@ -40,10 +40,16 @@ class _Transient(WeightPushError):
 
 @dataclass(frozen=True)
 class PolicyVersion:
+    """A version pushed (on policy.versions): what it is, and the sentinels of the step
+    that made it: its batch's reward mean and response length (answers of the version
+    before), entropy and KL to the initial policy on the weights before the update."""
+
     version: int
     path: str
     step: int
     ts: float
+    step_metrics: dict[str, float] | None = None
+    push: dict[str, Any] | None = None  # kind (full or delta) and bytes written
 
     def encode(self) -> bytes:
         return orjson.dumps(vars(self))

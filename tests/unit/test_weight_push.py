@@ -168,8 +168,10 @@ def test_after_a_whole_push_the_trainer_pushes_deltas_and_whole_again_when_refus
     first = t._push_weights(None, 1)  # type: ignore[arg-type]
     assert first is not None and t._last_push["kind"] == "full"
     base = json.loads((Path(first.path) / "turnstream-base.json").read_text())["base"]
-    second = t._push_weights(None, 2)  # type: ignore[arg-type]
+    second = t._push_weights(None, 2, {"kl": 0.25})  # type: ignore[arg-type]
     assert second is not None and t._last_push == {"kind": "delta", "bytes": (3 * 2 + 2) * 4}
+    announced = json.loads(second.encode())  # what policy.versions carries
+    assert announced["step_metrics"] == {"kl": 0.25} and announced["push"] == t._last_push
     manifest = json.loads((Path(second.path) / "turnstream-delta.json").read_text())
     assert manifest["base"] == base and manifest["version"] == 2
     assert set(load_file(str(Path(second.path) / "delta.safetensors"))) == {
