@@ -3,9 +3,12 @@
 Runs `turnstream learn`'s loop (the real SmolLM2-135M-Instruct, rules judge,
 the same seed, users, batch and step count) twice, or more with ``--repeat``,
 alternating: **before** (``weight_push: full`` and ``checkpoint_frozen: true``:
-every step writes and loads all the weights and checkpoints them all) and
-**after** (the defaults: the servers get the trained tensors only after one
-whole push, checkpoints hold the trained tensors and the optimizer). No
+every step writes and loads all the weights and checkpoints them all;
+every training pass runs the whole model, and no KL to the initial policy
+is measured) and **after** (the defaults: the servers get the trained tensors
+only after one whole push, checkpoints hold the trained tensors and the
+optimizer, the training pass runs the top layers on the frozen layers' output
+kept from the pass before the update, the KL sentinel is measured). No
 control run, a short held-out evaluation only before and after. The table
 splits a step into waiting for its batch (serving and judging), training,
 push and checkpoint, from the trainer's metrics rows; it prints the ratio of
@@ -30,7 +33,12 @@ from pipeline.learn.run import run_learn
 from pipeline.settings import load_settings
 
 LAYOUTS: dict[str, dict[str, Any]] = {
-    "before": {"weight_push": "full", "checkpoint_frozen": True},
+    "before": {
+        "weight_push": "full",
+        "checkpoint_frozen": True,
+        "train_from_frozen_states": False,
+        "monitor_kl": False,  # the trainer had no reference then
+    },
     "after": {},  # the defaults of `turnstream learn`
 }
 

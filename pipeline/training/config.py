@@ -85,6 +85,12 @@ class TrainerConfig:
         "copy of the model (its memory, and one more forward pass). false with kl_coef 0: no "
         "reference, kl is 0",
     )
+    train_from_frozen_states: bool = opt(
+        True,
+        "with train_top_layers, the training pass runs the top layers only, on the frozen "
+        "layers' output kept from the pass before the update (the same numbers, about "
+        "top/N of a forward pass); false: the whole model each pass",
+    )
     entropy_coef: float = opt(0.0, "entropy bonus coefficient")
     loss_agg: Literal["token_mean", "seq_mean_token_mean"] = opt(
         "seq_mean_token_mean",

@@ -21,6 +21,7 @@ from pipeline.training import losses
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
 from pipeline.training.reference import build_reference
+from pipeline.training.top_layers import build_top_layers
 
 
 def setup_distributed() -> str:
@@ -128,6 +129,16 @@ def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
     return float((gap * known).sum() / known.sum())
 
 
+@dataclass(frozen=True)
+class Before:
+    """A micro-batch's pass before the update: the proximal log-probs, the reference's, and
+    the hidden state below the trained layers (None: the training pass runs whole)."""
+
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    hidden: torch.Tensor | None
+
+
 @dataclass
 class StepMetrics:
     """One optimizer step's figures. Its forward passes run on the weights the step started
@@ -177,6 +188,7 @@ class PolicyEngine:
         self.device = setup_distributed()
         model = build_model(config, vocab_size)
         self.reference = build_reference(config, model, self.device)  # the initial weights
+        self.top = build_top_layers(config, model)  # None: the training pass runs it whole
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -202,26 +214,30 @@ class PolicyEngine:
 
     def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor | None:
         """The initial policy's log-probs of ``mb``'s tokens (None without a reference)."""
-        return self._before_update(self._to_device(mb))[1]
+        return self._before_update(self._to_device(mb)).ref
 
     @torch.no_grad()
-    def _before_update(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The policy's log-probs before the update (the proximal policy), and the
-        reference's (None without one), from the same pass: a top-layer reference starts
-        from the hidden state this pass computes below the trained layers."""
+    def _before_update(self, mb: MicroBatch) -> Before:
+        """The policy's log-probs before the update (the proximal policy), the reference's
+        (None without one), and the hidden state below the trained layers, from one pass: a
+        top-layer reference and the training pass (:mod:`~pipeline.training.top_layers`)
+        start from that hidden state."""
         ref = self.reference
-        layer = None if ref is None else ref.hidden_layer
+        ref_layer = None if ref is None else ref.hidden_layer
+        top_layer = None if self.top is None else self.top.hidden_layer
         self.engine.eval()
         out = self.engine(
             input_ids=mb.input_ids,
             attention_mask=mb.attention_mask,
-            output_hidden_states=layer is not None,
+            output_hidden_states=ref_layer is not None or top_layer is not None,
         )
         self.engine.train()
         old = losses.next_token_logprobs(out.logits[:, :-1], mb.input_ids)
+        hidden = None if top_layer is None else out.hidden_states[top_layer]
         if ref is None:
-            return old, None
-        return old, ref.logprobs(mb, None if layer is None else out.hidden_states[layer])
+            return Before(old, None, hidden)
+        below = None if ref_layer is None else out.hidden_states[ref_layer]
+        return Before(old, ref.logprobs(mb, below), hidden)
 
     def train_step(
         self,
@@ -240,14 +256,14 @@ class PolicyEngine:
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         batches = [self._to_device(mb) for mb in batches]
         before = [self._before_update(mb) for mb in batches]
-        olds = [old for old, _ in before]
+        olds = [b.old for b in before]
         tokens = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
         samples = total_samples if total_samples is not None else sum(mb.samples for mb in batches)
         total = tokens if self.config.loss_agg == "token_mean" else samples
         sums = dict.fromkeys(SUMMED, 0.0)
         self.engine.train()
-        for i, (mb, (old, ref)) in enumerate(zip(batches, before, strict=True)):
-            parts = self._micro_loss(mb, old, ref)
+        for i, (mb, b) in enumerate(zip(batches, before, strict=True)):
+            parts = self._micro_loss(mb, b.old, b.ref, b.hidden)
             weight = losses.agg_units(mb.response_mask, self.config.loss_agg) / max(total, 1)
             self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
             self.engine.backward(parts["loss"] * weight * world)
@@ -294,13 +310,22 @@ class PolicyEngine:
         )
 
     def _micro_loss(
-        self, mb: MicroBatch, old: torch.Tensor, ref: torch.Tensor | None
+        self,
+        mb: MicroBatch,
+        old: torch.Tensor,
+        ref: torch.Tensor | None,
+        hidden: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts;
-        ``ref`` is the initial policy's log-probs (None: no reference, the KL is 0)."""
+        ``ref`` is the initial policy's log-probs (None: no reference, the KL is 0);
+        ``hidden``, the frozen layers' output, runs the top layers only."""
         c = self.config
         mask = mb.response_mask
-        logp, logits = token_logprobs(self.engine, mb)
+        if self.top is not None and hidden is not None:
+            logits = self.top.logits(self.engine.module, mb, hidden)
+            logp = losses.next_token_logprobs(logits, mb.input_ids)
+        else:
+            logp, logits = token_logprobs(self.engine, mb)
         adv = losses.sample_advantages(
             c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd, c.w_rl
         )

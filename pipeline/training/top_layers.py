@@ -1,0 +1,75 @@
+"""The trained top layers run from the frozen layers' output, which is computed once a step.
+
+With ``train_top_layers = k`` the layers below the top k never change, so their output for
+a micro-batch is the same in the pass before the update (the proximal log-probs) and in the
+pass that trains. :class:`TopLayers` runs only the policy's own top k layers, final norm and
+output head, with their gradient, on the hidden state the first pass kept
+(``output_hidden_states``): the training pass costs about k/N of a forward pass instead of a
+whole one. The frozen layers run once, without dropout (the pass before the update is in
+eval mode); with dropout in them the two ways differ, so a model with dropout trains whole.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from pipeline.models.decoder import (
+    check_transformers,
+    full_attention_only,
+    padded_causal_mask,
+    run_decoder_layers,
+)
+from pipeline.training.batch import MicroBatch
+from pipeline.training.config import TrainerConfig
+
+log = logging.getLogger(__name__)
+
+
+class TopLayers:
+    """The policy's top layers, norm and head, run by hand on a kept hidden state."""
+
+    def __init__(self, top: int, layers: int) -> None:
+        self.hidden_layer = layers - top  # the index into output_hidden_states
+
+    def logits(self, model: Any, mb: MicroBatch, hidden: torch.Tensor) -> torch.Tensor:
+        """[B, L-1, V]: the logits of each next token, with the top layers' gradient."""
+        inner = model.model
+        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+        mask = padded_causal_mask(model.config, hidden, mb.attention_mask, positions)
+        out = run_decoder_layers(
+            inner.rotary_emb, inner.layers[self.hidden_layer :], hidden, positions, mask
+        )
+        logits: torch.Tensor = model.get_output_embeddings()(inner.norm(out[:, :-1]))
+        return logits
+
+
+def build_top_layers(config: TrainerConfig, model: Any) -> TopLayers | None:
+    """TopLayers when ``config`` trains the top layers only and ``model`` can be run so;
+    None (the whole forward pass each time), with the reason logged, otherwise."""
+    if config.train_top_layers is None or not config.train_from_frozen_states:
+        return None
+    reason = _cannot(config, model)
+    if reason:
+        log.info("training pass: the whole model each time (%s)", reason)
+        return None
+    check_transformers("training the top layers from the frozen layers' output")
+    return TopLayers(config.train_top_layers, len(model.model.layers))
+
+
+def _cannot(config: TrainerConfig, model: Any) -> str | None:
+    """Why the top layers cannot be run on their own here (None: they can)."""
+    if config.zero_stage == 3:
+        return "ZeRO-3 partitions the parameters: only the engine's forward gathers them"
+    inner = getattr(model, "model", None)
+    if inner is None or not isinstance(getattr(inner, "rotary_emb", None), torch.nn.Module):
+        return f"{type(model).__name__} is not a Llama- or Qwen2-style model"
+    if not full_attention_only(model.config):
+        return "the model has sliding-window layers"
+    names = ("attention_dropout", "hidden_dropout")
+    dropouts = [getattr(model.config, name, 0.0) or 0.0 for name in names]
+    if any(d > 0 for d in dropouts):
+        return "the model has dropout, which its frozen layers would apply in training"
+    return None
