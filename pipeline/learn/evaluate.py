@@ -11,7 +11,9 @@ through the proxy), so its answers are never captured and never train.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import openai
@@ -119,8 +121,10 @@ async def _answers(
     sampling: Sampling,
     samples_per_prompt: int,
     concurrency: int,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Answer]:
     gate = asyncio.Semaphore(concurrency)
+    total, done = len(prompts) * samples_per_prompt, 0
     async with openai.AsyncOpenAI(
         base_url=url.rstrip("/") + "/v1", api_key="unused", timeout=300.0, max_retries=2
     ) as client:
@@ -134,6 +138,10 @@ async def _answers(
                     max_tokens=sampling.max_tokens,
                 )
             choice = answer.choices[0]
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done, total)
             return measure_answer(
                 prompt,
                 choice.message.content,
@@ -154,10 +162,33 @@ def evaluate(
     sampling: Sampling,
     samples_per_prompt: int = 1,
     concurrency: int = 16,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Ask each held-out prompt ``samples_per_prompt`` times; success, accuracy, length and
-    degenerate share of the answers."""
+    degenerate share of the answers. ``progress(answered, total)`` hears of each answer."""
     answers = asyncio.run(
-        _answers(url, prompts, preference, sampling, samples_per_prompt, concurrency)
+        _answers(url, prompts, preference, sampling, samples_per_prompt, concurrency, progress)
     )
     return summarize(label, answers)
+
+
+class EvalProgress:
+    """A line every ``every_s`` seconds while an evaluation runs: how many answers are in."""
+
+    def __init__(
+        self,
+        label: str,
+        say: Callable[[str], object],
+        every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label, self.say, self.every_s, self.clock = label, say, every_s, clock
+        self.started = self.last = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if now - self.last >= self.every_s and done < total:
+            self.last = now
+            self.say(
+                f"held-out ({self.label}): {done} of {total} answered, {now - self.started:.0f}s"
+            )

@@ -13,7 +13,7 @@ from rich.console import Console
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
 from pipeline.learn import alignment, freshness, sentinels
-from pipeline.learn.evaluate import EvalResult, evaluate
+from pipeline.learn.evaluate import EvalProgress, EvalResult, evaluate
 from pipeline.learn.loop import Users, Watched, follow
 from pipeline.learn.monitor import Monitor, ScoredTurn, intent_agreement
 from pipeline.learn.options import LearnOptions
@@ -183,8 +183,9 @@ class LearnRun:
     def _evaluation(self, label: str) -> EvalResult:
         o = self.options
         result = evaluate(
-            label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples
-        )
+            label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples,
+            progress=EvalProgress(label, self.console.print),
+        )  # fmt: skip
         self.console.print(
             f"held-out ({label}): success {result.success:.3f}, accuracy "
             f"{result.accuracy:.3f}, degenerate {result.degenerate_share:.3f} of n={result.n}, "

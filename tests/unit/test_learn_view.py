@@ -122,3 +122,18 @@ def test_the_last_reward_is_the_trainers_last_steps() -> None:
     assert last_reward([]) is None
     assert last_reward([step(1, 0.25), step(2, -0.5)]) == -0.5
     assert last_reward([{"step": 1}]) is None
+
+
+def test_an_evaluation_says_how_many_answers_are_in_every_ten_seconds() -> None:
+    from pipeline.learn.evaluate import EvalProgress
+
+    said: list[str] = []
+    now = [100.0]
+    progress = EvalProgress("before", said.append, every_s=10.0, clock=lambda: now[0])
+    for done, at in [(1, 101.0), (5, 109.9), (9, 110.0), (12, 115.0), (30, 120.5), (93, 140.0)]:
+        now[0] = at
+        progress(done, 93)
+    assert said == [
+        "held-out (before): 9 of 93 answered, 10s",
+        "held-out (before): 30 of 93 answered, 20s",
+    ]  # none for the last answer: the result line follows it
