@@ -26,7 +26,7 @@ def _batch() -> list[TokenizedSample]:
     return [
         TokenizedSample(
             f"s:{i}", [1 + i, 2, 3, 4][: 2 + i % 3], [5 + i, 6, 7, 8][: 1 + i % 4], r, None, None, 0
-        )  # fmt: skip
+        )
         for i, r in enumerate([1.0, -1.0, 1.0, -1.0, 0.5, -0.5])
     ]
 
