@@ -48,6 +48,7 @@ from pipeline.training.weights import push_to_servers
 # The embedded judge is the trained 135M judge on CPU: its votes are regex-constrained (a
 # box within tens of tokens), and the budget only bounds a vote that would run on anyway.
 EMBEDDED_JUDGE_MAX_TOKENS = 256
+JUDGE_ROWS_PER_SAMPLE = 4  # the embedded judge decodes this many votes per sample at once
 
 
 def run_learn(settings: Settings, options: LearnOptions, console: Console) -> LearnReport:
@@ -159,7 +160,9 @@ class LearnRun:
                 judge.rstrip("/").removesuffix("/v1"), max_new_tokens=self.options.judge_max_tokens
             )
         model = resolve_model(JUDGE_NAME, self.settings.models, log=self.console.print)
-        served = start_server(self.settings, model, self.workdir, "judge", None)
+        # every vote of a batch at once: m=3 eval votes (and a hint vote) per sample
+        rows = JUDGE_ROWS_PER_SAMPLE * self.options.batch_size
+        served = start_server(self.settings, model, self.workdir, "judge", None, rows)
         self._keep(served.proc)
         return Judge(served.url, model, self.options.judge_max_tokens or EMBEDDED_JUDGE_MAX_TOKENS)
 

@@ -44,9 +44,15 @@ class Served:
 
 
 def start_server(
-    settings: Settings, model: Path, workdir: Path, name: str, threads: int | None
+    settings: Settings,
+    model: Path,
+    workdir: Path,
+    name: str,
+    threads: int | None,
+    max_running: int | None = None,
 ) -> Served:
-    """`turnstream serve` on ``model``; returns once it answers /health.
+    """`turnstream serve` on ``model``; returns once it answers /health. ``max_running``:
+    sequences it decodes together (None: the server's default, 16).
 
     It reports log-probs before temperature scaling, as the trainer computes them.
     """
@@ -55,6 +61,8 @@ def start_server(
     args = ["serve", "--model", str(model), "--port", str(port), "--loglevel", "warning"]
     if threads:
         args += ["--threads", str(threads)]
+    if max_running:
+        args += ["--max-running-requests", str(max_running)]
     env = child_env(settings, TURNSTREAM_SERVE_RETURN_ORIGINAL_LOGPROB="true")
     proc = spawn_cli(args, env, log)
     url = f"http://127.0.0.1:{port}"

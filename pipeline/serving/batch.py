@@ -81,26 +81,46 @@ def keep(rows: Rows, indices: list[int]) -> Rows | None:
 
 @torch.no_grad()
 def prefill(
-    model: Any, prompts: list[list[int]], pad_id: int, keep_logits: int = 1
+    model: Any,
+    prompts: list[list[int]],
+    pad_id: int,
+    keep_logits: int = 1,
+    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[Rows, torch.Tensor]:
     """Run the prompts (left-padded) through ``model``; their cache and last ``keep_logits``
-    logits per row ([rows, keep_logits, vocab])."""
+    logits per row ([rows, keep_logits, vocab]).
+
+    ``prefix``: the keys and values ([1, ...] per layer) of a prefix every prompt shares,
+    already left out of ``prompts``: each row's cache is the prefix, the row's padding,
+    then its own tokens (the padding masked, positions counting real tokens only).
+    """
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    rows = len(prompts)
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         mask[row, width - len(prompt) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    if prefix is not None:
+        shared = prefix[0][0].shape[2]
+        mask = torch.cat([torch.ones((rows, shared), dtype=torch.long), mask], dim=1)
+        cache = DynamicCache(
+            ddp_cache_data=[
+                (k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous())
+                for k, v in prefix
+            ]
+        )
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, mask.shape[1] - width :]
     out = model(
         input_ids=ids,
         attention_mask=mask,
         position_ids=positions,
-        past_key_values=DynamicCache(),
+        past_key_values=cache,
         use_cache=True,
         logits_to_keep=keep_logits,
     )
-    last = torch.zeros(len(prompts), dtype=torch.long)
+    last = torch.zeros(rows, dtype=torch.long)
     return Rows(out.past_key_values, mask, last), out.logits
 
 

@@ -4,7 +4,9 @@ Each loop takes the requests that arrived (up to ``max_running`` sequences in
 all), prefills them as one left-padded batch on the weights being served now,
 samples their first token and joins them to the rows decoding on those weights;
 then every group of rows takes one decode step. Copies of one prompt (SGLang's
-``n`` parallel samples) are prefilled once and their cache rows duplicated. A
+``n`` parallel samples) are prefilled once and their cache rows duplicated, and a
+long prefix the prompts of a prefill share (a judge's system prompt) is run once and
+kept for the prefills after (:mod:`pipeline.serving.prefix`). A
 request with a grammar decodes in the same batch as the others, its row masked
 to what its grammar allows (:mod:`pipeline.serving.grammar`). A weight update only swaps
 :attr:`Engine.weights`: rows already decoding finish on the weights they
@@ -27,6 +29,7 @@ from pipeline.serving.batch import Rows
 from pipeline.serving.choose import choose, prompt_logprobs
 from pipeline.serving.grammar import Grammars, constrain
 from pipeline.serving.jobs import Event, Job, Request
+from pipeline.serving.prefix import PrefixCache, run_prefix
 from pipeline.serving.sampling import BadRequest
 from pipeline.serving.text import TextTracker
 from pipeline.serving.weights import Weights
@@ -76,6 +79,7 @@ class Engine:
         self.widest = 0  # the most rows one decode step has run
         self.step_s = 0.0  # moving average of a loop's time (prefills and decode steps)
         self.prefill_tokens = 0  # prompt tokens run through the model (a shared prompt once)
+        self.prefixes = PrefixCache()  # shared prompt prefixes' keys and values, run once
 
     # -- the request side (any thread) -----------------------------------------
 
@@ -169,6 +173,8 @@ class Engine:
                 "widest_batch": self.widest,
                 "step_ms": round(self.step_s * 1000, 1),
                 "prefill_tokens": self.prefill_tokens,
+                "prefix_hits": self.prefixes.hits,
+                "prefix_tokens_saved": self.prefixes.saved_tokens,
             }
 
     def start(self) -> None:
@@ -242,8 +248,16 @@ class Engine:
         scored = len(jobs) == 1 and jobs[0].request.wants_prompt_logprobs
         keep_logits = len(prompts[0]) - jobs[0].request.logprob_start_len if scored else 1
         distinct, copy_of = distinct_prompts(prompts)
-        rows, logits = batch.prefill(weights.model, distinct, self.pad_id, keep_logits)
-        self.prefill_tokens += sum(len(p) for p in distinct)
+        shared = self._shared_prefix(distinct, weights, keep_logits)
+        n = len(shared[0]) if shared else 0
+        rows, logits = batch.prefill(
+            weights.model,
+            [p[n:] for p in distinct],
+            self.pad_id,
+            keep_logits,
+            shared[1] if shared else None,
+        )
+        self.prefill_tokens += sum(len(p) - n for p in distinct)
         if scored:
             self._prompt_logprobs(jobs[0], logits[0])
         live = [i for i, j in enumerate(jobs) if j.max_new_tokens > 0]
@@ -261,6 +275,28 @@ class Engine:
             group = self._group_for(weights)
             group.jobs.extend(jobs[i] for i in staying)
             group.rows = batch.join(group.rows, going_on)
+
+    def _shared_prefix(
+        self, prompts: list[list[int]], weights: Weights, keep_logits: int
+    ) -> tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """A kept prefix all ``prompts`` start with, or their common one computed and kept
+        now (:mod:`pipeline.serving.prefix`); None when there is none to use, or when the
+        logits asked for reach into it."""
+        cache = self.prefixes.for_weights(weights)
+        found = cache.find(prompts)
+        fresh = found is None
+        if fresh:
+            found = cache.shared(prompts)
+        shortest = min(len(p) for p in prompts)
+        if found is None or keep_logits > shortest - len(found):
+            return None
+        if fresh:
+            cache.put(found, run_prefix(weights.model, found))
+            self.prefill_tokens += len(found)
+        else:
+            cache.hits += 1
+            cache.saved_tokens += len(found) * len(prompts)
+        return found, cache.get(found)
 
     def _prompt_logprobs(self, job: Job, logits: torch.Tensor) -> None:
         """SGLang's input log-probs from logprob_start_len: the first entry is always None."""

@@ -407,3 +407,34 @@ def test_an_idle_engine_waits_a_moment_for_requests_sent_together(
     assert len({step for step, _at in first_token.values()}) == 1  # one prefill, one batch
     began = min(at for _step, at in first_token.values())
     assert sent[-1] < began < sent[-1] + 4.0  # it waited for the third, not the whole 5 s
+
+
+def test_prompts_sharing_a_long_prefix_prefill_it_once_and_answer_as_alone(
+    server: tuple[str, ServerState],
+) -> None:
+    """A batch whose prompts share 40 tokens runs those once and keeps them; a later batch
+    starting with them reuses them; greedy answers and their log-probs are those of each
+    prompt prefilled whole, alone."""
+    url, state = server
+    shared = [5 + (i * 7) % 40 for i in range(40)]
+    prompts = [shared + [12 + i] + [9, 10, 11][: 1 + i % 3] for i in range(4)]
+    plain = {"temperature": 0, "max_new_tokens": 8}
+    alone = [generate(url, p, sampling_params=plain) for p in prompts]  # one at a time
+    assert state.engine.load()["prefix_hits"] == 0
+    before = state.engine.load()["prefill_tokens"]
+    status, together = post(url + "/generate", {"input_ids": prompts, "sampling_params": plain,
+                                                "return_logprob": True})  # fmt: skip
+    assert status == 200
+    suffixes = sum(len(p) - len(shared) for p in prompts)
+    assert state.engine.load()["prefill_tokens"] - before == len(shared) + suffixes
+    status, again = post(url + "/generate", {"input_ids": prompts[1:], "sampling_params": plain,
+                                             "return_logprob": True})  # fmt: skip
+    load = state.engine.load()
+    assert status == 200 and load["prefix_hits"] == 1
+    assert load["prefix_tokens_saved"] == 3 * len(shared)
+    for one, batched in zip(alone, together, strict=True):
+        assert batched["output_ids"] == one["output_ids"]
+        got = [e[0] for e in batched["meta_info"]["output_token_logprobs"]]
+        want = [e[0] for e in one["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(want, abs=1e-4)
+    assert [a["output_ids"] for a in again] == [a["output_ids"] for a in alone[1:]]
