@@ -417,7 +417,7 @@ def test_prompts_sharing_a_long_prefix_prefill_it_once_and_answer_as_alone(
     prompt prefilled whole, alone."""
     url, state = server
     shared = [5 + (i * 7) % 40 for i in range(40)]
-    prompts = [shared + [12 + i] + [9, 10, 11][: 1 + i % 3] for i in range(4)]
+    prompts = [[*shared, 12 + i, *[9, 10, 11][: 1 + i % 3]] for i in range(4)]
     plain = {"temperature": 0, "max_new_tokens": 8}
     alone = [generate(url, p, sampling_params=plain) for p in prompts]  # one at a time
     assert state.engine.load()["prefix_hits"] == 0
