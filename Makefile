@@ -32,8 +32,8 @@ model: setup
 judge: model
 	$(BIN)/turnstream models fetch smollm2-135m-judge
 
-# The live learning loop, shortened: the real model served, users, judge, trainer, pushes.
-demo: setup kafka-jars model
+# The live learning loop, shortened: the real model served, users, the LLM judge, trainer, pushes.
+demo: setup kafka-jars judge
 	$(BIN)/turnstream demo
 
 # The recorded example sessions through broker, worker and a tiny trainer (no model served).
@@ -42,7 +42,7 @@ demo-recorded: setup kafka-jars
 
 # The full learning run with its control and evaluation (a benchmark: learn.json and learn.png
 # in .turnstream/learn; benchmarks/results/learn.json is one such run).
-learn: setup kafka-jars model
+learn: setup kafka-jars judge
 	$(BIN)/turnstream learn
 
 test: setup kafka-jars model judge

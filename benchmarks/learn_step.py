@@ -52,6 +52,7 @@ def one_run(layout: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         eval_every=0,
         eval_prompts=args.eval_prompts,
         trainer_extra=LAYOUTS[layout],
+        judge="rules",
     )
     report = run_learn(load_settings(), options, Console(quiet=True))
     split = report.training["step_time"]

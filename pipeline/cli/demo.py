@@ -36,8 +36,9 @@ def demo(
     timeout: float = typer.Option(600.0, help="--recorded: seconds to wait for scoring/training"),
 ) -> None:
     """Run the whole pipeline here, live: the real SmolLM2-135M-Instruct served as the
-    policy, simulated users talking to it through the capture proxy, the rules judge,
-    the trainer pushing each new version back to the server; live progress, then the
+    policy, simulated users talking to it through the capture proxy, the trained LLM
+    judge (smollm2-135m-judge, built once), the trainer pushing each new version back to
+    the server; live progress, then the
     held-out success and accuracy before and after, a summary table and a PNG chart
     (`turnstream learn`, shortened).
 

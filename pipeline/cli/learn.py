@@ -38,8 +38,8 @@ MAX_AHEAD_HELP = (
     "that; 0: no limit)"
 )
 JUDGE_HELP = (
-    "rules (default), embedded (the trained judge smollm2-135m-judge, served here) "
-    "or a judge base URL"
+    "embedded (default: the trained judge smollm2-135m-judge, an LLM served here, built "
+    "once), rules (a regex judge, no model) or the base URL of an OpenAI-compatible judge"
 )
 JUDGE_MAX_TOKENS_HELP = (
     "tokens one judge vote may generate (default: 256 for the embedded judge, "
@@ -77,7 +77,7 @@ def learn(
     ),
     micro_batch_size: int = typer.Option(DEFAULTS.micro_batch_size, help="samples per pass"),
     max_ahead: int = typer.Option(None, help=MAX_AHEAD_HELP, show_default=False),
-    judge: str = typer.Option(None, help=JUDGE_HELP),
+    judge: str = typer.Option(DEFAULTS.judge, help=JUDGE_HELP),
     judge_max_tokens: int = typer.Option(None, help=JUDGE_MAX_TOKENS_HELP),
     prompts: Path = typer.Option(None, help="prompt set JSONL (default: examples/prompts.jsonl)"),
     workdir: Path = typer.Option(

@@ -45,7 +45,7 @@ class LearnOptions:
     eval_every: int = 4  # also evaluate every Nth version pushed before the last (0: never)
     control: bool = True  # the same loop with learning off, then its evaluation
     control_sessions: int | None = 64  # user sessions of the control (None: as many as learning)
-    judge: str | None = None  # None: rules; "embedded" or a base URL: an LLM judge
+    judge: str | None = "embedded"  # the trained LLM judge; "rules" (or None) or a base URL
     judge_max_tokens: int | None = None  # per vote (None: 256 embedded, else the worker's 4,096)
     seed: int = 0
     server_threads: int | None = None
@@ -126,6 +126,6 @@ class LearnOptions:
 
 
 def demo_options(workdir: Path) -> LearnOptions:
-    """`turnstream demo`: the live loop without its control run (`turnstream learn` is the
-    full, measured run)."""
-    return dataclasses.replace(LearnOptions(), workdir=workdir, control=False)
+    """`turnstream demo`: the live loop without its control run, evaluated at version 8 on
+    the way (`turnstream learn` is the full, measured run)."""
+    return dataclasses.replace(LearnOptions(), workdir=workdir, control=False, eval_every=8)

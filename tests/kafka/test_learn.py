@@ -43,7 +43,8 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     result = turnstream(
         "learn", "--steps", "2", "--batch-size", "4", "--micro-batch-size", "4",
         "--users", "4", "--max-ahead", "4", "--max-tokens", "16", "--eval-prompts", "4",
-        "--control-sessions", "4", "--eval-every", "1", "--workdir", str(workdir),
+        "--control-sessions", "4", "--eval-every", "1", "--judge", "rules",
+        "--workdir", str(workdir),
         env=cli_env, timeout=900,
     )  # fmt: skip
     report = finished(result, workdir)

@@ -25,7 +25,7 @@ def test_a_short_opd_loop_trains_hinted_turns_on_the_served_policys_teacher_logp
     result = turnstream(
         "learn", "--mode", "opd", "--steps", "2", "--batch-size", "4", "--micro-batch-size", "4",
         "--users", "4", "--max-tokens", "16", "--eval-prompts", "2", "--eval-every", "0",
-        "--no-control", "--workdir", str(workdir),
+        "--no-control", "--judge", "rules", "--workdir", str(workdir),
         env=cli_env, timeout=900,
     )  # fmt: skip
     output = result.stdout[-3000:] + result.stderr[-3000:]
