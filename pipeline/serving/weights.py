@@ -44,13 +44,19 @@ class BaseMismatch(ModelError):
 
 def base_of(path: Path) -> str:
     """The base id a whole checkpoint directory gives the weights loaded from it."""
-    named = path / BASE_FILE
-    if named.is_file():
-        try:
-            return str(json.loads(named.read_text())["base"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelError(f'{named}: expected {{"base": "..."}} ({exc})') from exc
-    return f"dir:{path.resolve()}"
+    named = _field(path / BASE_FILE, "base", '{"base": "..."}')
+    return named if named is not None else f"dir:{path.resolve()}"
+
+
+def _field(named: Path, key: str, shape: str) -> str | None:
+    """``key`` of the JSON object in ``named`` (None without the file); ModelError saying
+    the expected ``shape`` when it is not one."""
+    if not named.is_file():
+        return None
+    try:
+        return str(json.loads(named.read_text())[key])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{named}: expected {shape} ({exc})") from exc
 
 
 def is_delta(path: Path) -> bool:
@@ -110,12 +116,9 @@ def version_of(path: Path, given: str | None, previous: str | None) -> str:
     """The version a checkpoint directory names (see the module docstring)."""
     if given:
         return given
-    named = path / VERSION_FILE
-    if named.is_file():
-        try:
-            return str(json.loads(named.read_text())["version"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelError(f'{named}: expected {{"version": N}} ({exc})') from exc
+    named = _field(path / VERSION_FILE, "version", '{"version": N}')
+    if named is not None:
+        return named
     match = VERSION_DIR.fullmatch(path.name)
     if match:
         return str(int(match.group(1)))

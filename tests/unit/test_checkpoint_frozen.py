@@ -11,15 +11,7 @@ from pipeline.training.batch import TokenizedSample, micro_batches
 from pipeline.training.checkpoint import Checkpoints, TrainerState
 from pipeline.training.config import TrainerConfig
 from pipeline.training.engine import PolicyEngine
-
-VOCAB = 64
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
+from tests.tiny_policy import TINY, VOCAB
 
 
 def _trained(config: TrainerConfig) -> PolicyEngine:

@@ -9,15 +9,7 @@ from pipeline.errors import ConfigError
 from pipeline.training.batch import TokenizedSample, micro_batches
 from pipeline.training.config import TrainerConfig
 from pipeline.training.engine import PolicyEngine, build_model
-
-VOCAB = 64
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
+from tests.tiny_policy import TINY, VOCAB
 
 
 def test_a_step_trains_the_top_layers_and_leaves_the_rest_untouched() -> None:

@@ -20,15 +20,7 @@ from pipeline.training.engine import PolicyEngine, build_model, freeze_below_top
 from pipeline.training.metrics import MetricsSink
 from pipeline.training.reference import FullReference, TopReference, build_reference
 from tests.servers import tiny_llama_config
-
-VOCAB = 64
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
+from tests.tiny_policy import TINY, VOCAB
 
 
 def config(**kw) -> TrainerConfig:  # type: ignore[no-untyped-def]

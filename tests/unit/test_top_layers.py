@@ -10,15 +10,7 @@ from pipeline.training.batch import TokenizedSample, micro_batches
 from pipeline.training.config import TrainerConfig
 from pipeline.training.engine import PolicyEngine
 from pipeline.training.top_layers import build_top_layers
-
-VOCAB = 64
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
+from tests.tiny_policy import TINY, VOCAB
 
 
 def _batch() -> list[TokenizedSample]:
