@@ -309,6 +309,16 @@ class PolicyEngine:
             topk_kl=sums["topk_kl"],
         )
 
+    def _train_logprobs(
+        self, mb: MicroBatch, hidden: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training pass's log-probs and logits: the top layers only on ``hidden`` (the
+        frozen layers' output) when there is one, else the whole model."""
+        if self.top is not None and hidden is not None:
+            logits = self.top.logits(self.engine.module, mb, hidden)
+            return losses.next_token_logprobs(logits, mb.input_ids), logits
+        return token_logprobs(self.engine, mb)
+
     def _micro_loss(
         self,
         mb: MicroBatch,
@@ -321,11 +331,7 @@ class PolicyEngine:
         ``hidden``, the frozen layers' output, runs the top layers only."""
         c = self.config
         mask = mb.response_mask
-        if self.top is not None and hidden is not None:
-            logits = self.top.logits(self.engine.module, mb, hidden)
-            logp = losses.next_token_logprobs(logits, mb.input_ids)
-        else:
-            logp, logits = token_logprobs(self.engine, mb)
+        logp, logits = self._train_logprobs(mb, hidden)
         adv = losses.sample_advantages(
             c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd, c.w_rl
         )
