@@ -81,6 +81,8 @@ bench: setup kafka-jars model
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/scaleout.py
 	$(BIN)/python benchmarks/serve_push.py
+	$(BIN)/python benchmarks/serve_decode.py
+	$(BIN)/python benchmarks/learn_step.py
 	$(BIN)/turnstream learn
 	$(BIN)/python benchmarks/learn_modes.py
 
