@@ -41,6 +41,7 @@ from pipeline.training.weights import (
     push_to_servers,
     save_delta,
     save_weights,
+    version_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,7 @@ class Trainer:
         self.sink = MetricsSink.of_rank(config, self.rank)
         self.push_token = uuid.uuid4().hex[:12]  # names this process's whole pushes (bases)
         self._delta_base: str | None = None  # the whole push deltas apply to; None: push whole
-        self._push_kind, self._push_bytes = "full", 0
-        self._last_push: dict[str, Any] = {}
+        self._last_push: dict[str, Any] = {}  # kind (full or delta) and bytes of the last push
         self._idle_since = time.perf_counter()
 
     def _stop(self) -> bool:
@@ -255,9 +255,9 @@ class Trainer:
         """Save HF weights, have the policy servers load them, announce the version."""
         version = self.state.policy_version + 1
         weights_dir = Path(self.config.weights_dir)
-        path = weights_dir / f"v{version:06d}"
+        path = version_dir(weights_dir, version)
         try:
-            path = self._save_and_push(weights_dir, version)
+            path, self._last_push = self._save_and_push(weights_dir, version)
         except WeightPushError as exc:  # servers down or refusing: tried again next interval
             self._delta_base = None  # the next push is whole: a server may have missed this one
             WEIGHT_PUSH_FAILURES.labels("refused").inc()
@@ -267,7 +267,6 @@ class Trainer:
             WEIGHT_PUSH_FAILURES.labels("error").inc()
             log.exception("weight push of %s failed unexpectedly", path)
             return None
-        self._last_push = {"kind": self._push_kind, "bytes": self._push_bytes}
         record = PolicyVersion(version, str(path), step, time.time(), sentinels, self._last_push)
         topic = self.settings.topics.policy_versions.name
         self.outbox.send(out, topic, record.encode(), key=b"policy")
@@ -275,17 +274,17 @@ class Trainer:
         prune_weight_versions(weights_dir, self.config.keep_weight_versions, path)
         return record
 
-    def _save_and_push(self, weights_dir: Path, version: int) -> Path:
+    def _save_and_push(self, weights_dir: Path, version: int) -> tuple[Path, dict[str, Any]]:
         """A delta on the last whole push when the servers take one, else the whole
-        checkpoint (which becomes the base of the next deltas); the directory pushed."""
+        checkpoint (which becomes the base of the next deltas); the directory pushed, and
+        what was pushed (kind, bytes)."""
         module, urls = self.engine.engine.module, list(self.config.policy_urls)
         retry_policy = self.config.weight_push_retry
         if self._delta_base is not None:
             path, size = save_delta(module, weights_dir, version, self._delta_base)
             try:
                 push_to_servers(urls, path, retry_policy)
-                self._push_kind, self._push_bytes = "delta", size
-                return path
+                return path, {"kind": "delta", "bytes": size}
             except WrongBase as exc:  # a server restarted or missed the base: push it whole
                 log.warning("%s; pushing the whole checkpoint instead", exc)
             shutil.rmtree(path)
@@ -294,8 +293,7 @@ class Trainer:
         answers = push_to_servers(urls, path, retry_policy)
         deltas = self.config.weight_push == "auto" and all(a.get("weight_deltas") for a in answers)
         self._delta_base = base if deltas and urls else None
-        self._push_kind, self._push_bytes = "full", _dir_bytes(path)
-        return path
+        return path, {"kind": "full", "bytes": _dir_bytes(path)}
 
     def _log_metrics(
         self,

@@ -55,12 +55,17 @@ class PolicyVersion:
         return orjson.dumps(vars(self))
 
 
+def version_dir(weights_dir: Path, version: int) -> Path:
+    """Where version ``version`` is written: ``vNNNNNN`` (the name servers read it from)."""
+    return weights_dir / f"v{version:06d}"
+
+
 def save_weights(
     model: Any, tokenizer: Any, weights_dir: Path, version: int, base: str | None = None
 ) -> Path:
     """Write the policy as a HF checkpoint directory (what SGLang loads from disk); with
     ``base``, the id later deltas on these weights name (``turnstream-base.json``)."""
-    path = weights_dir / f"v{version:06d}"
+    path = version_dir(weights_dir, version)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path), safe_serialization=True)
     if tokenizer is not None:
@@ -84,7 +89,7 @@ def save_delta(model: Any, weights_dir: Path, version: int, base: str) -> tuple[
     from safetensors.torch import save_file
 
     tensors = trained_tensors(model)
-    path = weights_dir / f"v{version:06d}"
+    path = version_dir(weights_dir, version)
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / DELTA_TENSORS))
     size = sum(t.numel() * t.element_size() for t in tensors.values())
