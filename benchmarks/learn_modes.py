@@ -42,7 +42,7 @@ from pipeline.learn.run import run_learn
 from pipeline.settings import Settings
 
 MODES = ("rl", "opd", "combine")
-PER_RUN = ("workdir", "mode", "seed", "baseline", "teacher_top_k")  # in each run's row
+PER_RUN = ("workdir", "mode", "seed", "baseline", "teacher", "teacher_top_k")  # in each run's row
 OPENCLAW = {"rl": (0.25, 0.23), "opd": (0.25, 0.72), "combine": (0.76, 0.81)}  # at 8, 16 steps
 
 
@@ -142,6 +142,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=LearnOptions.micro_batch_size)
     parser.add_argument("--max-tokens", type=int, default=LearnOptions.max_tokens)
     parser.add_argument("--eval-prompts", type=int, default=None, help="default: all held out")
+    parser.add_argument(
+        "--teacher", default=LearnOptions.teacher, help="opd and combine: initial or policy"
+    )
     parser.add_argument("--teacher-top-k", type=int, default=0, help="opd and combine runs")
     parser.add_argument("--timeout", type=float, default=3600.0, help="per run, seconds")
     parser.add_argument("--workdir", type=Path, default=None, help="keep each run's logs here")
@@ -155,7 +158,8 @@ def base_options(args: argparse.Namespace, workdir: Path) -> LearnOptions:
         workdir=workdir, users=args.users, steps=args.steps, batch_size=args.batch_size,
         micro_batch_size=min(args.micro_batch_size, args.batch_size),
         max_ahead=args.batch_size, max_tokens=args.max_tokens, eval_prompts=args.eval_prompts,
-        eval_every=half, control=False, judge=None if args.judge == "rules" else args.judge,
+        eval_every=half, control=False, teacher=args.teacher,
+        judge=None if args.judge == "rules" else args.judge,
         timeout_s=args.timeout,
     )  # fmt: skip
 

@@ -20,7 +20,7 @@ from pipeline.errors import EventDecodeError
 SCHEMA_VERSION: Literal[1] = 1
 MAX_SESSION_ID_CHARS = 256
 
-ExcludeReason = Literal["no_next_state", "neutral_score", "no_hint"]
+ExcludeReason = Literal["no_next_state", "neutral_score", "no_hint", "hint_rejected"]
 MAX_GROUP_SIZE = 1024
 SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
 GroupId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]

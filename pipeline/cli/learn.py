@@ -25,8 +25,13 @@ BASELINE_HELP = (
 )
 MODE_HELP = (
     "rl (the judge's reward), opd (on-policy distillation: teacher - old per token, the "
-    "teacher being the served policy asked with the judge's hint appended; turns without a "
-    "hint do not train) or combine (both)"
+    "teacher (--teacher) asked with the judge's hint appended; turns without a hint do not "
+    "train) or combine (both)"
+)
+TEACHER_HELP = (
+    "opd/combine: initial (the policy's weights before learning, hinted, served on their "
+    "own: a fixed target) or policy (the served policy itself, hinted: it moves with "
+    "every push)"
 )
 TEACHER_TOP_K_HELP = (
     "opd/combine: the teacher's top-K log-probs per token, and the trainer's reverse KL to "
@@ -61,6 +66,7 @@ def learn(
     lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
     mode: str = typer.Option(DEFAULTS.mode, help=MODE_HELP),
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
+    teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
     teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
@@ -102,15 +108,13 @@ def learn(
     """
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
-        mode=mode, baseline=baseline, teacher_top_k=teacher_top_k,
+        mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
-        control=control,
-        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
-        train_top_layers=train_top_layers, max_ahead=max_ahead,
-        judge=judge, judge_max_tokens=judge_max_tokens,
-        prompts=prompts,
-        workdir=workdir, seed=seed, timeout=timeout,
+        control=control, control_sessions=control_sessions, micro_batch_size=micro_batch_size,
+        train_top_layers=train_top_layers, max_ahead=max_ahead, judge=judge,
+        judge_max_tokens=judge_max_tokens, prompts=prompts, workdir=workdir, seed=seed,
+        timeout=timeout,
     )  # fmt: skip
     run_and_report(options, "run")
 
@@ -258,7 +262,8 @@ def summary_table(report: LearnReport) -> Table:
         table.add_row(
             "trained with / without a teacher signal",
             f"{teacher['trained_with_teacher']} / {teacher['trained_without_teacher']} "
-            f"({teacher['excluded_no_hint']} dropped: no hint)",
+            f"({teacher['excluded_no_hint']} dropped: no hint; "
+            f"{teacher.get('excluded_hint_rejected', 0)}: every hint flawed)",
         )
     table.add_row("pushes", str(len(report.pushes)))
     table.add_row("samples trained", str(report.training.get("samples_trained", 0)))

@@ -21,6 +21,7 @@ from pipeline.judge.prompts import (
 from pipeline.judge.votes import (
     EvalResult,
     HintResult,
+    hint_flaw,
     majority_vote,
     needs_third_vote,
     parse_hint,
@@ -64,13 +65,20 @@ async def eval_votes(
 async def hint_votes(
     client: JudgeClient, response_text: str, next_role: str, next_content: str, m: int = 1
 ) -> HintResult:
-    """Ask m hint votes; the longest +1 hint over 10 characters wins."""
+    """Ask m hint votes; the longest +1 hint over 10 characters without a :func:`hint_flaw`
+    wins."""
     messages = hint_messages(response_text, next_role, next_content)
     start = time.monotonic()
     outputs = await client.complete(messages, m, hint=True)
     pairs = [(parse_score(t, allowed=(1, -1)), parse_hint(t)) for t in outputs]
+    flaws = [hint_flaw(h.strip(), response_text) if v == 1 and h else None for v, h in pairs]
+    kept = [(v, None if flaw else h) for (v, h), flaw in zip(pairs, flaws, strict=True)]
     return HintResult(
-        select_hint(pairs), [v for v, _ in pairs], len(outputs), time.monotonic() - start
+        select_hint(kept),
+        [v for v, _ in pairs],
+        len(outputs),
+        time.monotonic() - start,
+        tuple(f for f in flaws if f),
     )
 
 

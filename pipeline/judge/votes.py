@@ -53,6 +53,11 @@ def parse_preference(text: str) -> str | None:
 
 
 MIN_HINT_CHARS = 10
+# beyond OpenClaw-RL's rule (a small judge's hints need it): a +1 hint that cannot teach
+MAX_HINT_CHARS = 400  # the hint prompt asks for 1-3 sentences
+ECHO_RUN = 7  # words in a row taken from the response that make a hint an echo of it
+_WORD = re.compile(r"\w+")
+_MARKERS = ("[hint_start]", "[hint_end]", "hint_start", "hint_end", "\\boxed")
 
 
 def majority_vote(votes: Sequence[int | None]) -> float:
@@ -68,6 +73,42 @@ def majority_vote(votes: Sequence[int | None]) -> float:
 def needs_third_vote(first: int | None, second: int | None) -> bool:
     """Early stop: two valid, equal votes already decide a majority of three."""
     return first is None or first != second
+
+
+def hint_flaw(hint: str, response_text: str) -> str | None:
+    """Why a +1 hint cannot teach, or None.
+
+    ``too_long``: over 400 characters (the prompt asks for 1-3 sentences). ``garbled``: the
+    judge's own markers inside it. ``repeats``: a run of three words said three times or
+    more. ``echoes_response``: 7 words or more in a row taken from the response; the
+    teacher, shown the response in its hint, finds it likelier whatever it says, and OPD
+    would reward repeating it (a correction restates a few words, then names what is
+    right)."""
+    lowered = hint.lower()
+    if len(hint) > MAX_HINT_CHARS:
+        return "too_long"
+    if any(marker in lowered for marker in _MARKERS):
+        return "garbled"
+    words = _WORD.findall(lowered)
+    runs = Counter(tuple(words[i : i + 3]) for i in range(len(words) - 2))
+    if runs and max(runs.values()) >= 3:
+        return "repeats"
+    if longest_shared_run(words, _WORD.findall(response_text.lower())) >= ECHO_RUN:
+        return "echoes_response"
+    return None
+
+
+def longest_shared_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """The most words in a row that ``a`` and ``b`` share."""
+    best, previous = 0, [0] * (len(b) + 1)
+    for word in a:
+        current = [0] * (len(b) + 1)
+        for j, other in enumerate(b, 1):
+            if word == other:
+                current[j] = previous[j - 1] + 1
+                best = max(best, current[j])
+        previous = current
+    return best
 
 
 def select_hint(votes_with_hints: Sequence[tuple[int | None, str | None]]) -> str | None:
@@ -94,9 +135,11 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class HintResult:
-    """The hint votes of one turn and the hint they selected (None: no OPD signal)."""
+    """The hint votes of one turn and the hint they selected (None: no OPD signal);
+    ``rejected``: the :func:`hint_flaw` of each +1 hint screened out."""
 
     hint: str | None
     votes: list[int | None]
     judge_calls: int
     latency_s: float
+    rejected: tuple[str, ...] = ()

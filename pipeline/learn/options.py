@@ -12,9 +12,17 @@ from pipeline.learn.preference import RightAndShort
 from pipeline.learn.users import Sampling
 
 MODES = ("rl", "opd", "combine")
+# opd/combine: whose log-probs teach. initial: the policy's weights before learning, hinted,
+# on a server of its own (a fixed target, as OpenClaw-RL's PRM server, which no push
+# reaches); policy: the served policy itself, hinted (it moves with every push)
+TEACHERS = ("initial", "policy")
 # --teacher-top-k K: the trainer's weight of the reverse KL to the teacher's top-K tokens
 # (beside the sampled token's teacher - old advantage), as OpenClaw-RL's top-K variant adds it
 TOPK_DISTILL_COEF = 1.0
+# opd/combine: teacher - old limited to [-1, 1] nats a token, the scale of the judge's reward:
+# unlimited, a hinted 135M teacher's gap of up to 12 nats on one token drove entropy from 2.2
+# to 3.5 in 7 steps (answers ran to the token limit)
+TEACHER_ADV_CLIP = 1.0
 
 
 @dataclass(frozen=True)
@@ -30,13 +38,14 @@ class LearnOptions:
     batch_size: int = 16
     micro_batch_size: int = 8
     lr: float = 5e-4
-    # rl: the judge's reward; opd: teacher - old per token, the teacher being the served
-    # policy asked with the hint-augmented prompt; combine: both
+    # rl: the judge's reward; opd: teacher - old per token, the teacher (see TEACHERS) asked
+    # with the hint-augmented prompt; combine: both
     mode: str = "rl"
     # the trainer's step_baseline: none, mean, mean_std or leave_one_out; None: mean for rl
     # and combine (whose reward term it centres), none for opd (nothing to centre: see
     # step_baseline)
     baseline: str | None = None
+    teacher: str = "initial"  # opd/combine: one of TEACHERS
     teacher_top_k: int = 0  # opd/combine: top-K teacher log-probs and their distillation
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
     max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
@@ -75,6 +84,11 @@ class LearnOptions:
                 "judge's reward, and opd trains on teacher - old alone; give none, or mode "
                 "combine"
             )
+        if self.teacher not in TEACHERS:
+            raise ConfigError(
+                f"teacher (--teacher) {self.teacher!r}: choose initial (the weights before "
+                "learning, hinted, on a server of its own) or policy (the served policy, hinted)"
+            )
         if self.teacher_top_k < 0 or (self.teacher_top_k and self.mode == "rl"):
             raise ConfigError(
                 f"teacher_top_k (--teacher-top-k) {self.teacher_top_k}: give K >= 1 with "
@@ -103,6 +117,7 @@ class LearnOptions:
         """The trainer's config: fresh-weights steps in the run's mode, each pushed to the
         server."""
         topk = {"topk_distill_coef": TOPK_DISTILL_COEF} if self.teacher_top_k else {}
+        clip = {"teacher_adv_clip": TEACHER_ADV_CLIP} if self.mode != "rl" else {}
         return {
             "mode": self.mode,
             "rollout_batch_size": self.batch_size,
@@ -110,6 +125,7 @@ class LearnOptions:
             "lr": self.lr,
             "step_baseline": self.step_baseline,
             **topk,
+            **clip,
             "weight_decay": 0.0,
             "max_steps": self.steps,
             "update_weights_interval": 1,

@@ -178,7 +178,8 @@ def write_chart(report: LearnReport, path: Path) -> Path:
     _eval_panel(report.evaluation, fig.add_subplot(grid[0, 2]))
     rows = report.sentinels.get("per_version", [])
     flagged = report.sentinels.get("divergence", [])
-    _sentinel_panel(rows, flagged, fig.add_subplot(grid[1, :2]))
+    gap = report.sentinels.get("signal") == "teacher_gap"
+    _sentinel_panel(rows, flagged, fig.add_subplot(grid[1, :2]), gap)
     _drift_panel(rows, flagged, fig.add_subplot(grid[1, 2]))
     verdict = report.verdict.get("verdict")
     fig.suptitle(f"turnstream learn: {report.preference}" + (f" ({verdict})" if verdict else ""))
@@ -224,18 +225,22 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     return [r["version"] for r in have], [r[key] for r in have]
 
 
-def _sentinel_panel(rows: list[dict[str, Any]], flagged: list[dict[str, Any]], ax: Any) -> None:
-    """Train reward (left axis) against held-out accuracy (right axis) per version; each
-    divergence shaded from the evaluation it is measured from to the one it showed at."""
-    ax.plot(*_series(rows, "reward_mean"), marker=".", color="tab:purple", label="train reward")
-    ax.set(xlabel="policy version", ylabel="train reward mean", ylim=(-1.05, 1.05))
+def _sentinel_panel(
+    rows: list[dict[str, Any]], flagged: list[dict[str, Any]], ax: Any, gap: bool = False
+) -> None:
+    """Train reward (left axis; ``gap``: opd's teacher gap) against held-out accuracy (right
+    axis) per version; each divergence shaded from the evaluation it is measured from to the
+    one it showed at."""
+    signal = "teacher gap (nats)" if gap else "train reward"
+    ax.plot(*_series(rows, "reward_mean"), marker=".", color="tab:purple", label=signal)
+    ax.set(xlabel="policy version", ylabel=signal, ylim=None if gap else (-1.05, 1.05))
     acc_ax = ax.twinx()
     acc_ax.plot(*_series(rows, "heldout_accuracy"), marker="o", color="tab:blue")
     acc_ax.set(ylabel="held-out accuracy", ylim=(0, 1.05))
     for d in flagged:
         ax.axvspan(d["since"], d["version"], color="tab:red", alpha=0.15)
         ax.annotate("divergence", (d["version"], 0.9), color="tab:red", ha="right", fontsize=8)
-    title = "sentinels: train reward (purple) vs held-out accuracy (blue)"
+    title = f"sentinels: {signal} (purple) vs held-out accuracy (blue)"
     if flagged:
         title += " - DIVERGENCE at " + ", ".join(f"v{d['version']}" for d in flagged)
     ax.set_title(title, color="tab:red" if flagged else "black")

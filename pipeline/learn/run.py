@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 
 from rich.console import Console
 
@@ -32,6 +33,7 @@ from pipeline.learn.stack import (
     judge_backend,
     start_proxy,
     start_server,
+    start_teacher,
     start_trainer,
     start_worker,
     trainer_files,
@@ -85,6 +87,7 @@ class LearnRun:
         self.train = split(prompts, "train")
         self.heldout = split(prompts, "heldout")[: options.eval_prompts]
         self.model = resolve_model(options.model, settings.models, log=console.print)
+        self.teacher_watch: dict[str, tuple[Proc, Path]] = {}  # the teacher's server, if any
         self._mark = time.monotonic()
 
     def _phase(self, name: str) -> None:
@@ -110,7 +113,8 @@ class LearnRun:
         self.judge_backend = judge_backend(judge)
         self.proxy = start_proxy(s, self.server.url, w)
         self._keep(self.proxy.proc)
-        worker = self._keep(start_worker(s, w, judge, o.mode, self._teacher()))
+        teacher = self._teacher()
+        worker = self._keep(start_worker(s, w, judge, o.mode, teacher))
         files = trainer_files(w)
         self.monitor = Monitor(s, files.metrics, files.ledger)
         self.cleanup.callback(self.monitor.close)
@@ -120,12 +124,13 @@ class LearnRun:
                 "policy server": (self.server.proc, w / "policy.log"),
                 "capture proxy": (self.proxy.proc, w / "proxy.log"),
                 "scoring worker": (worker, w / "worker.log"),
+                **self.teacher_watch,
             }
         )
         self.console.print(
             f"policy {self.model} served at {self.server.url}; capture proxy at "
             f"{self.proxy.url}; judge: {judge.url if judge else 'rules'}; mode {o.mode}"
-            f"{' (teacher: the served policy, hinted)' if o.mode != 'rl' else ''}; topics "
+            f"{self._teacher_words()}; topics "
             f"{s.topic_prefix}*; logs in {w}"
         )
         self._phase("start")
@@ -140,13 +145,24 @@ class LearnRun:
         self._phase("start_trainer")
 
     def _teacher(self) -> TeacherServer | None:
-        """opd and combine: the served policy is the teacher, asked through the same server
-        with the hint-augmented prompt (prefill only: max_new_tokens 0). A push never fails
-        those calls here (requests admitted before a swap finish on their weights); an answer
-        cut short (SGLang's abort) is asked again by the worker, never taken as a signal."""
+        """opd and combine: the teacher (:func:`start_teacher`); its own server is watched
+        beside the others."""
+        o = self.options
+        teacher, served = start_teacher(
+            self.settings, self.model, self.workdir, self.server.url, o.mode, o.teacher,
+            o.teacher_top_k, o.batch_size,
+        )  # fmt: skip
+        if served is not None:
+            self._keep(served.proc)
+            self.teacher_watch = {"teacher server": (served.proc, self.workdir / "teacher.log")}
+        return teacher
+
+    def _teacher_words(self) -> str:
         if self.options.mode == "rl":
-            return None
-        return TeacherServer(self.server.url, self.model, self.options.teacher_top_k)
+            return ""
+        if self.options.teacher == "policy":
+            return " (teacher: the served policy, hinted)"
+        return " (teacher: the initial weights, hinted, served on their own)"
 
     def _judge(self) -> Judge | None:
         """None for the rules judge; else an LLM judge: ``embedded`` serves the default
@@ -304,13 +320,15 @@ def _training(steps: list[dict[str, object]], trained: int) -> dict[str, object]
 def teacher_tally(scored: list[ScoredTurn], trained: dict[str, int]) -> dict[str, int]:
     """The learning phase's teacher signal: the samples that carried teacher log-probs, how
     many of them trained, how many trained without one (combine: the reward alone), and how
-    many were dropped for lack of a hint (opd: ``no_hint``)."""
+    many were dropped for lack of a hint (opd: ``no_hint``) or because every hint had a
+    flaw (``hint_rejected``: too long, repeating itself, echoing the response)."""
     taught = {s.sample_id for s in scored if s.teacher}
     return {
         "samples_with_teacher": len(taught),
         "trained_with_teacher": sum(1 for sid in trained if sid in taught),
         "trained_without_teacher": sum(1 for sid in trained if sid not in taught),
         "excluded_no_hint": sum(1 for s in scored if s.exclude_reason == "no_hint"),
+        "excluded_hint_rejected": sum(1 for s in scored if s.exclude_reason == "hint_rejected"),
     }
 
 

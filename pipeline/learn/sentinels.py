@@ -1,7 +1,9 @@
 """Sentinels against reward hacking: per policy version, the training reward beside a measure
 from another source, and the divergence of the two.
 
-The training reward (the judge's, which the policy optimises) is the north star; held-out
+The training reward (the judge's, which the policy optimises) is the north star (in opd,
+which has no reward, the teacher gap: teacher - old log-prob per token, what distillation
+raises); held-out
 accuracy against ground truth is the measure from another source; response length, entropy
 and KL to the initial policy say how the policy changed. A policy that learns to please its
 judge rather than to answer better shows as a *divergence*: the reward rising while the
@@ -31,7 +33,7 @@ class SentinelRow:
     held-out accuracy (None where it was not evaluated)."""
 
     version: int
-    reward_mean: float | None = None
+    reward_mean: float | None = None  # the training signal: the reward, opd's teacher gap
     heldout_accuracy: float | None = None
     response_length: float | None = None  # tokens
     entropy: float | None = None
@@ -115,6 +117,14 @@ def _number(row: Mapping[str, Any] | None, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def train_signal(row: Mapping[str, Any] | None) -> float | None:
+    """A step's training signal: its reward mean, or in opd (whose reward is 0 by
+    construction) its teacher gap."""
+    if row is not None and row.get("mode") == "opd":
+        return _number(row, "teacher_gap")
+    return _number(row, "reward_mean")
+
+
 def sentinel_rows(
     steps: Sequence[Mapping[str, Any]], evaluation: Mapping[str, Any]
 ) -> list[SentinelRow]:
@@ -123,7 +133,7 @@ def sentinel_rows(
     return [
         SentinelRow(
             version,
-            _number(trained.get(version), "reward_mean"),
+            train_signal(trained.get(version)),
             accuracy.get(version),
             _number(trained.get(version), "response_length"),
             _number(trained.get(version), "entropy"),
@@ -179,9 +189,11 @@ class Sentinels:
 
     rows: list[SentinelRow]
     divergence: list[Divergence]
+    signal: str = "reward_mean"  # what reward_mean holds: the reward, or opd's teacher_gap
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "signal": self.signal,
             "per_version": [r.to_json() for r in self.rows],
             "divergence": [d.to_json() for d in self.divergence],
             "rule": {
@@ -200,4 +212,5 @@ class Sentinels:
 
 def measure(steps: Sequence[Mapping[str, Any]], evaluation: Mapping[str, Any]) -> Sentinels:
     rows = sentinel_rows(steps, evaluation)
-    return Sentinels(rows, divergences(rows))
+    opd = any(row.get("mode") == "opd" for row in steps)
+    return Sentinels(rows, divergences(rows), "teacher_gap" if opd else "reward_mean")

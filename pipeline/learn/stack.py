@@ -103,8 +103,9 @@ def judge_backend(judge: Judge | None) -> str:
 
 @dataclass(frozen=True)
 class TeacherServer:
-    """The OPD teacher for the worker: an SGLang /generate server (here the served policy,
-    asked with the hint-augmented prompt), the policy's tokenizer, top-K (0: off)."""
+    """The OPD teacher for the worker: an SGLang /generate server (the initial weights or the
+    served policy, asked with the hint-augmented prompt), the policy's tokenizer, top-K (0:
+    off)."""
 
     url: str
     tokenizer: Path
@@ -116,6 +117,32 @@ class TeacherServer:
             "TURNSTREAM_SCORING_POLICY_TOKENIZER": str(self.tokenizer),
             "TURNSTREAM_SCORING_TEACHER_TOP_K": str(self.top_k),
         }
+
+
+def start_teacher(
+    settings: Settings,
+    model: Path,
+    workdir: Path,
+    policy_url: str,
+    mode: str,
+    teacher: str,
+    top_k: int,
+    rows: int,
+) -> tuple[TeacherServer | None, Served | None]:
+    """opd and combine: the teacher, asked with the hint-augmented prompt (prefill only:
+    max_new_tokens 0), and the server started for it (None: none was).
+
+    ``initial``: ``model`` (the weights before learning) on a server of its own, which no
+    push reaches, prefilling ``rows`` sequences together. ``policy``: the served policy at
+    ``policy_url`` (a push never fails those calls: requests admitted before a swap finish
+    on their weights). An answer cut short (SGLang's abort) is asked again by the worker,
+    never taken as a signal. rl: no teacher."""
+    if mode == "rl":
+        return None, None
+    if teacher == "policy":
+        return TeacherServer(policy_url, model, top_k), None
+    served = start_server(settings, model, workdir, "teacher", 1, rows)
+    return TeacherServer(served.url, model, top_k), served
 
 
 def start_worker(

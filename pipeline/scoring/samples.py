@@ -22,6 +22,8 @@ def build_sample(
     score = ev.score if ev else 0.0
     hinted = hi is not None and hi.hint is not None
     mask, reason = decide(mode, score, paired.next_state is not None, paired.first_judged, hinted)
+    if reason == "no_hint" and hi is not None and hi.rejected:
+        reason = "hint_rejected"  # +1 hints came, each with a flaw (votes.hint_flaw)
     votes = (ev.votes if ev else []) + (hi.votes if hi and mode == "opd" else [])
     calls = (ev.judge_calls if ev else 0) + (hi.judge_calls if hi else 0)
     timings = {"judge_s": round(judge_s, 6)}

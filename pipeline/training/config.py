@@ -60,6 +60,12 @@ class TrainerConfig:
     eps_clip_high: float = opt(0.28, "PPO clip above 1")
     w_opd: float = opt(1.0, "combine: weight of teacher - old")
     w_rl: float = opt(1.0, "combine: weight of the reward")
+    teacher_adv_clip: float | None = opt(
+        None,
+        "opd/combine: limit teacher - old per token to [-C, C] nats (unset: no limit, as "
+        "OpenClaw-RL); a hinted teacher's gap reaches 10 nats on a token, and one such "
+        "token outweighs a whole response",
+    )
     group_advantage: Literal["none", "mean", "mean_std", "leave_one_out"] = opt(
         "none",
         "grouped samples (group_scores): rl reward relative to their group, as r - mean, "
@@ -190,6 +196,10 @@ class TrainerConfig:
             raise ValueError(f"tis_clip must be >= 1, got {self.tis_clip}")
         if self.train_top_layers is not None and self.train_top_layers < 1:
             raise ValueError(f"train_top_layers must be >= 1, got {self.train_top_layers}")
+        if self.teacher_adv_clip is not None and self.teacher_adv_clip <= 0:
+            raise ValueError(
+                f"teacher_adv_clip must be > 0 (or unset), got {self.teacher_adv_clip}"
+            )
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")
         for name in ("weight_push_backoff_max_s", "broker_retry_max_s"):

@@ -162,6 +162,7 @@ class StepMetrics:
     tis_weight_mean: float = 1.0
     tis_clipfrac: float = 0.0
     topk_kl: float = 0.0
+    teacher_gap: float = 0.0  # opd/combine: mean teacher - old (unclipped) over taught tokens
 
 
 SUMMED = (
@@ -175,6 +176,7 @@ SUMMED = (
     "entropy",
     "kl",
     "topk_kl",
+    "teacher_gap",
 )
 
 
@@ -307,6 +309,7 @@ class PolicyEngine:
             tis_weight_mean=sums["tis_weight_mean"],
             tis_clipfrac=sums["tis_clipfrac"],
             topk_kl=sums["topk_kl"],
+            teacher_gap=sums["teacher_gap"],
         )
 
     def _train_logprobs(
@@ -333,8 +336,9 @@ class PolicyEngine:
         mask = mb.response_mask
         logp, logits = self._train_logprobs(mb, hidden)
         adv = losses.sample_advantages(
-            c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd, c.w_rl
-        )
+            c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd,
+            c.w_rl, c.teacher_adv_clip,
+        )  # fmt: skip
         stats = losses.policy_loss(
             logp,
             old,
@@ -352,18 +356,8 @@ class PolicyEngine:
         )
         if c.entropy_coef:
             loss = loss - c.entropy_coef * entropy
-        kl = torch.zeros(())
-        if ref is not None:  # measured always, a gradient only where it is penalised
-            policy = logp if c.kl_coef else logp.detach()
-            kl = losses.kl_to_reference(policy, ref, mask, c.kl_kind, c.loss_agg)
-            if c.kl_coef:
-                loss = loss + c.kl_coef * kl
-        topk = torch.zeros(())
-        ids, top, has_top = mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.has_teacher_topk
-        if c.topk_distill_coef and ids is not None and top is not None and has_top is not None:
-            topk_mask = mask * has_top.to(mask.dtype)[:, None]
-            topk = losses.topk_distill_loss(logits, ids, top, topk_mask, c.loss_agg)
-            loss = loss + c.topk_distill_coef * topk
+        kl, topk, gap = self._side_terms(mb, logp, logits, old, ref)
+        loss = loss + c.kl_coef * kl + c.topk_distill_coef * topk
         return {
             "loss": loss,
             "pg_loss": stats.pg_loss.detach(),
@@ -375,7 +369,33 @@ class PolicyEngine:
             "entropy": entropy.detach(),
             "kl": kl.detach(),
             "topk_kl": topk.detach(),
+            "teacher_gap": gap,
         }
+
+    def _side_terms(
+        self,
+        mb: MicroBatch,
+        logp: torch.Tensor,
+        logits: torch.Tensor,
+        old: torch.Tensor,
+        ref: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KL to the initial policy (a gradient only where kl_coef penalises it), the top-K
+        reverse KL to the teacher (where topk_distill_coef weighs it) and the teacher gap
+        (teacher - old over the taught tokens: what OPD raises; no gradient); 0 when absent."""
+        c, mask = self.config, mb.response_mask
+        kl = topk = gap = torch.zeros(())
+        if ref is not None:  # measured always
+            policy = logp if c.kl_coef else logp.detach()
+            kl = losses.kl_to_reference(policy, ref, mask, c.kl_kind, c.loss_agg)
+        ids, top, has_top = mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.has_teacher_topk
+        if c.topk_distill_coef and ids is not None and top is not None and has_top is not None:
+            topk_mask = mask * has_top.to(mask.dtype)[:, None]
+            topk = losses.topk_distill_loss(logits, ids, top, topk_mask, c.loss_agg)
+        if c.mode != "rl":
+            taught = mask * mb.has_teacher.to(mask.dtype)[:, None]
+            gap = losses.aggregate((mb.teacher_logprobs - old).detach(), taught, c.loss_agg)
+        return kl, topk, gap
 
     def parameters_snapshot(self) -> list[torch.Tensor]:
         return [p.detach().clone() for p in self.engine.module.parameters()]

@@ -63,9 +63,15 @@ def rl_advantages(rewards: Tensor, mask: Tensor) -> Tensor:
     return rewards.float()[:, None] * mask.float()
 
 
-def opd_advantages(teacher_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Per-token teacher_logprob - old_logprob (on-policy distillation)."""
-    return (teacher_logprobs - old_logprobs) * mask
+def opd_advantages(
+    teacher_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, clip: float | None = None
+) -> Tensor:
+    """Per-token teacher_logprob - old_logprob (on-policy distillation), limited to
+    [-clip, clip] nats when ``clip`` is given."""
+    gap = teacher_logprobs - old_logprobs
+    if clip is not None:
+        gap = gap.clamp(-clip, clip)
+    return gap * mask
 
 
 def combine_advantages(
@@ -76,16 +82,17 @@ def combine_advantages(
     w_opd: float = 1.0,
     w_rl: float = 1.0,
     teacher_mask: Tensor | None = None,
+    clip: float | None = None,
 ) -> Tensor:
     """w_opd * (teacher - old) + w_rl * reward, per token.
 
     ``teacher_mask`` (default ``mask``) limits the teacher term to the tokens
-    that have a teacher log-prob; the reward term covers all of ``mask``.
+    that have a teacher log-prob; the reward term covers all of ``mask``; ``clip`` limits
+    teacher - old (:func:`opd_advantages`).
     """
     opd_mask = mask if teacher_mask is None else teacher_mask
-    return w_opd * opd_advantages(teacher_logprobs, old_logprobs, opd_mask) + w_rl * rl_advantages(
-        rewards, mask
-    )
+    teach = opd_advantages(teacher_logprobs, old_logprobs, opd_mask, clip)
+    return w_opd * teach + w_rl * rl_advantages(rewards, mask)
 
 
 def sample_advantages(
@@ -97,18 +104,20 @@ def sample_advantages(
     mask: Tensor,
     w_opd: float = 1.0,
     w_rl: float = 1.0,
+    clip: float | None = None,
 ) -> Tensor:
     """Per-token advantages of a micro-batch in ``mode``; ``old`` is the trainer's own.
 
-    A sample without a teacher signal (``has_teacher`` false) gets no OPD term.
+    A sample without a teacher signal (``has_teacher`` false) gets no OPD term; ``clip``
+    limits teacher - old to [-clip, clip] nats (None: no limit, OpenClaw-RL's).
     """
     if mode == "rl":
         return rl_advantages(rewards, mask)
     teacher_mask = mask * has_teacher.to(mask.dtype)[:, None]
     if mode == "opd":
-        return opd_advantages(teacher_logprobs, old_logprobs.detach(), teacher_mask)
+        return opd_advantages(teacher_logprobs, old_logprobs.detach(), teacher_mask, clip)
     return combine_advantages(
-        teacher_logprobs, old_logprobs.detach(), rewards, mask, w_opd, w_rl, teacher_mask
+        teacher_logprobs, old_logprobs.detach(), rewards, mask, w_opd, w_rl, teacher_mask, clip
     )
 
 

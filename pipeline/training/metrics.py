@@ -19,6 +19,7 @@ STEP_FIELDS = (
     "tis_weight_mean",
     "tis_clipfrac",
     "topk_kl",
+    "teacher_gap",
     "entropy",
     "kl",
     "reward_mean",
@@ -33,6 +34,8 @@ STEP_FIELDS = (
 # found a way to please its judge (learn puts them beside a held-out accuracy per version).
 SENTINEL_HELP = {
     "reward_mean": "mean reward of the last step's samples (the training signal)",
+    "teacher_gap": "opd/combine: mean teacher - old log-prob over the last step's taught "
+    "tokens (what distillation raises: the training signal of opd)",
     "response_length": "mean response tokens of the last step's samples",
     "entropy": "policy entropy over the last step's response tokens, before its update",
     "kl": "KL of the policy to its initial weights over the last step's response tokens, "

@@ -304,6 +304,7 @@ class Trainer:
     ) -> None:
         row = {
             **asdict(metrics),
+            "mode": self.config.mode,
             "skipped": dict(self.intake.skipped),
             "policy_version": self.state.policy_version,
             "pushed": pushed is not None,
@@ -319,7 +320,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
-SENTINELS = ("reward_mean", "response_length", "entropy", "kl")
+SENTINELS = ("reward_mean", "teacher_gap", "response_length", "entropy", "kl")
 
 
 def _sentinels(metrics: Any) -> dict[str, float]:

@@ -37,7 +37,8 @@ def test_each_mode_starts_a_trainer_its_config_accepts(
     topk_coef: float,
 ) -> None:
     """opd takes no baseline (the trainer refuses one): its default is none; rl and
-    combine centre the reward on the step's mean; top-K turns on the trainer's top-K KL."""
+    combine centre the reward on the step's mean; top-K turns on the trainer's top-K KL;
+    a teacher's gap is limited to 1 nat a token."""
     from pipeline.learn import stack
 
     monkeypatch.setattr(stack, "spawn_cli", lambda *args: None)
@@ -51,6 +52,7 @@ def test_each_mode_starts_a_trainer_its_config_accepts(
         baseline,
         topk_coef,
     )
+    assert config.teacher_adv_clip == (None if mode == "rl" else 1.0)
     assert options.to_json()["mode"] == mode and options.to_json()["baseline"] == baseline
 
 
@@ -136,10 +138,47 @@ def test_the_teacher_tally_counts_what_carried_trained_and_was_dropped() -> None
         ScoredTurn("c:0", 1.0, False, 0, "no_hint"),  # opd: no hint, dropped
         ScoredTurn("d:0", 1.0, True, 1, None),  # combine: the reward alone
         ScoredTurn("e:0", 0.0, False, 1, "no_next_state"),
+        ScoredTurn("f:0", 0.0, False, 1, "hint_rejected"),  # opd: every hint flawed
     ]
     assert teacher_tally(scored, {"a:0": 1, "d:0": 1}) == {
         "samples_with_teacher": 2,
         "trained_with_teacher": 1,
         "trained_without_teacher": 1,
         "excluded_no_hint": 1,
+        "excluded_hint_rejected": 1,
     }
+
+
+def test_the_teacher_is_the_initial_weights_on_a_server_of_their_own_or_the_served_policy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """initial (the default): the model before learning on a second server, which no push
+    reaches; policy: the served policy's own URL; rl: none."""
+    from pipeline.learn import stack
+
+    started: list[tuple[Path, str, int | None]] = []
+
+    def fake_server(settings: Any, model: Path, workdir: Path, name: str, threads: Any,
+                    rows: int | None = None) -> stack.Served:  # fmt: skip
+        started.append((model, name, rows))
+        return stack.Served(None, "http://127.0.0.1:30002")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stack, "start_server", fake_server)
+    model, policy = tmp_path / "initial", "http://127.0.0.1:30001"
+    assert LearnOptions(mode="opd").teacher == "initial"
+    teacher, served = stack.start_teacher(
+        Settings(), model, tmp_path, policy, "opd", "initial", 4, 16
+    )
+    assert teacher == stack.TeacherServer("http://127.0.0.1:30002", model, 4)
+    assert served is not None and started == [(model, "teacher", 16)]
+    teacher, served = stack.start_teacher(
+        Settings(), model, tmp_path, policy, "combine", "policy", 0, 16
+    )
+    assert (teacher, served) == (stack.TeacherServer(policy, model, 0), None)
+    assert stack.start_teacher(Settings(), model, tmp_path, policy, "rl", "initial", 0, 16) == (
+        None,
+        None,
+    )
+    assert len(started) == 1
+    with pytest.raises(ConfigError, match=r"teacher \(--teacher\) 'frozen'"):
+        LearnOptions(mode="opd", teacher="frozen")

@@ -138,3 +138,21 @@ def test_the_sentinels_of_a_run_from_its_metrics_and_evaluations() -> None:
     assert out["rule"] == {"window": 2, "reward_rise": 0.1, "accuracy_fall": 0.05}
     last = found.last_accuracy
     assert last is not None and (last.version, last.heldout_accuracy) == (4, 0.4)
+
+
+def test_in_opd_the_training_signal_is_the_teacher_gap() -> None:
+    """opd's reward is 0 by construction: its north star is teacher - old, and a gap that
+    rises while held-out accuracy falls is the same divergence."""
+    steps = [
+        step(n, n, 0.0, mode="opd", teacher_gap=gap)
+        for n, gap in enumerate([-0.3, -0.1, 0.1, 0.2], start=1)
+    ]
+    evaluation = {"before": result(0.25, ("0", 9)), "after": result(0.03, ("4", 9))}
+    rows = sentinel_rows(steps, evaluation)
+    assert [r.reward_mean for r in rows] == [-0.3, -0.1, 0.1, 0.2, None]
+    # gap at version 0: -0.3; at 4: the mean of versions 1-3 since, (-0.1 + 0.1 + 0.2) / 3
+    assert measure(steps, evaluation).divergence == [
+        Divergence(4, 0, pytest.approx(0.2 / 3 + 0.3), pytest.approx(-0.22))
+    ]
+    combine = [step(1, 1, 0.4, mode="combine", teacher_gap=-2.0)]
+    assert sentinel_rows(combine, {})[0].reward_mean == 0.4  # combine has a reward

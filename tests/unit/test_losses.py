@@ -104,6 +104,19 @@ def test_sample_advantages_use_the_trainers_old_and_only_real_teachers() -> None
     assert rl.tolist() == [[0.0, 0.0], [1.0, 1.0]]
 
 
+def test_teacher_minus_old_is_limited_to_the_clip_in_opd_and_combine() -> None:
+    mask = T([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    old = T([[-1.0, -9.0, -0.5], [-2.0, -2.0, -2.0]])
+    teacher = T([[-0.5, -0.5, -8.5], [-12.0, -1.0, 0.0]])  # gaps 0.5, 8.5, -8; -10, 1, (2)
+    has_teacher, rewards = T([True, True]), T([1.0, -1.0])
+    opd = sample_advantages("opd", rewards, teacher, has_teacher, old, mask, clip=2.0)
+    assert opd.tolist() == [[0.5, 2.0, -2.0], [-2.0, 1.0, 0.0]]
+    comb = sample_advantages("combine", rewards, teacher, has_teacher, old, mask, 1.0, 0.5, 2.0)
+    assert comb.tolist() == [[1.0, 2.5, -1.5], [-2.5, 0.5, 0.0]]
+    unclipped = sample_advantages("opd", rewards, teacher, has_teacher, old, mask)
+    assert unclipped.tolist() == [[0.5, 8.5, -8.0], [-10.0, 1.0, 0.0]]
+
+
 def test_behaviour_weights_truncate_and_skip_missing_rollout_logprobs() -> None:
     old = T([[-1.0, -1.0, -1.0, -1.0]])
     rollout = T([[-1.0, -1.3, -0.7, NAN]])

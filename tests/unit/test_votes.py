@@ -4,8 +4,10 @@ import itertools
 
 import pytest
 
-from pipeline.judge.asking import eval_votes
+from pipeline.judge.asking import eval_votes, hint_votes
 from pipeline.judge.votes import (
+    hint_flaw,
+    longest_shared_run,
     majority_vote,
     needs_third_vote,
     parse_hint,
@@ -161,3 +163,72 @@ def test_render_response_includes_tool_calls() -> None:
     ]
     assert render_response(None, calls) == '[tool call] run_shell({"cmd": "ls"})'
     assert render_response("", None) == "(empty output)"
+
+
+RESPONSE = (
+    "Namely, the capital of the Black Country is Bucharest. Romania is a multiethnic "
+    "nationalism based on Christianity and"
+)
+
+
+@pytest.mark.parametrize(
+    ("hint", "flaw"),
+    [
+        ("The capital of Australia is Canberra, not Sydney; answer Canberra.", None),
+        ("The user wants a one-sentence answer; keep it to one sentence.", None),
+        ("x" * 401, "too_long"),
+        ("The International Flagi, (HINT_END)faiss (HINT_START)faiss", "garbled"),
+        (r"Answer \boxed{1} again.", "garbled"),
+        ("compute 6(2); compute 6(2); compute 6(2); compute 6(2)", "repeats"),
+        ("The user wanted nginx (nginx) (nginx) (nginx) (nginx) (nginx) (nginx)", "repeats"),
+        # the response again, seven words in a row: the teacher would reward repeating it
+        ("The capital of the Black Country is Bucharest; Romania is great.", "echoes_response"),
+        # six words in a row of it, then the correction: a hint, not an echo
+        ("Capital of the Black Country is Birmingham? No: it has none.", None),
+    ],
+)
+def test_a_hint_that_cannot_teach_is_named_for_its_flaw(hint: str, flaw: str | None) -> None:
+    assert hint_flaw(hint, RESPONSE) == flaw
+
+
+def test_the_shipped_gold_hints_have_no_flaw() -> None:
+    """Every hint the judge is trained on passes the screen it is held to."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "judge"
+    items = [
+        json.loads(line) for f in ("train.jsonl", "heldout.jsonl") for line in (root / f).open()
+    ]
+    hinted = [i for i in items if i.get("hint")]
+    assert len(hinted) >= 20
+    assert [i["hint"] for i in hinted if hint_flaw(i["hint"], i["response"]["content"] or "")] == []
+
+
+def test_longest_shared_run_counts_words_in_a_row() -> None:
+    assert longest_shared_run(["a", "b", "c", "d"], ["x", "b", "c", "d", "y"]) == 3
+    assert longest_shared_run(["a", "b"], ["b", "a"]) == 1
+    assert longest_shared_run([], ["a"]) == 0
+
+
+class TextJudge:
+    """Answers each ``complete`` call with the next of ``texts``."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    async def complete(self, messages: list, n: int, hint: bool = False) -> list[str]:
+        out, self.texts = self.texts[:n], self.texts[n:]
+        return out
+
+
+async def test_hint_votes_screen_flawed_hints_and_say_why() -> None:
+    echo = "[HINT_START]The capital of the Black Country is Bucharest; Romania is.[HINT_END]"
+    good = "[HINT_START]The user says it is Sofia; answer Sofia.[HINT_END]"
+    both = TextJudge([r"\boxed{1} " + echo, r"\boxed{1} " + good, r"\boxed{-1}"])
+    result = await hint_votes(both, RESPONSE, "user", "No, Sofia.", m=3)  # type: ignore[arg-type]
+    assert result.hint == "The user says it is Sofia; answer Sofia."  # the echo was longer
+    assert (result.votes, result.rejected) == ([1, 1, -1], ("echoes_response",))
+    only_echo = TextJudge([r"\boxed{1} " + echo])
+    result = await hint_votes(only_echo, RESPONSE, "user", "No, Sofia.")  # type: ignore[arg-type]
+    assert (result.hint, result.rejected) == (None, ("echoes_response",))
