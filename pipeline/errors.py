@@ -36,3 +36,7 @@ class TopicPlanError(TurnstreamError):
 
 class RewardError(TurnstreamError):
     """A reward processor could not be loaded, or broke its contract (wrong output, length)."""
+
+
+class RolloutError(TurnstreamError):
+    """A rollout processor or its traced client was used against its contract."""

@@ -1,11 +1,13 @@
 """Reward processors: pluggable rewards with a task status, weighted sub-rewards and groups.
 
 A processor is any object with ``setup()`` and ``process(RewardInput) ->
-RewardOutput`` (sync or async). ``reward_func`` / ``sub_reward_func`` /
-``aggregate_func`` split one reward into weighted dimensions; ``WeightedReward``
-combines several processors from a YAML file; ``HybridReward`` gates a model
-judge behind a rule; ``PrmJudge`` is the scoring stage's judge as a processor.
-Group processors score several outputs of one prompt together. The statistics
+RewardOutput`` (sync or async); ``AbstractRewardProcessor`` is the SDK guide's
+optional base class, and ``observe_processor`` times, counts and logs each
+call. ``reward_func`` / ``sub_reward_func`` / ``aggregate_func`` split one
+reward into weighted dimensions; ``WeightedReward`` combines several
+processors from a YAML file; ``HybridReward`` gates a model judge behind a
+rule; ``PrmJudge`` is the scoring stage's judge as a processor. Group
+processors score several outputs of one prompt together. The statistics
 (length bias, pairwise consistency, agreement with a gold set) are pure
 functions.
 """
@@ -26,7 +28,10 @@ from pipeline.rewards.group import group_advantages, group_by, group_input, scor
 from pipeline.rewards.grouping import GroupPlan, GroupSpec
 from pipeline.rewards.hybrid import HybridReward
 from pipeline.rewards.loading import load_class, load_processor
+from pipeline.rewards.observe import observe_processor
 from pipeline.rewards.protocols import (
+    AbstractGroupRewardProcessor,
+    AbstractRewardProcessor,
     GroupRewardProcessor,
     RewardProcessor,
     close_processor,
@@ -51,6 +56,8 @@ from pipeline.rewards.types import (
 )
 
 __all__ = [
+    "AbstractGroupRewardProcessor",
+    "AbstractRewardProcessor",
     "AgentOutput",
     "GroupPlan",
     "GroupReward",
@@ -86,6 +93,7 @@ __all__ = [
     "load_processor",
     "load_rewards_config",
     "load_weighted",
+    "observe_processor",
     "pearson",
     "processor_name",
     "response_text",

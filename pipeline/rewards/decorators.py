@@ -16,6 +16,7 @@ The class also gets ``get_weights()``, ``get_scores(sub_rewards)`` and
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import inspect
 import math
@@ -110,7 +111,7 @@ def _build(cls: T, name: str) -> T:
         if aggregate:
             raise TypeError(f"{cls.__name__}: @aggregate_func without any @sub_reward_func")
         return cls
-    if any(vars(k).get("process", _process) is not _process for k in cls.__mro__):
+    if any(_own_process(k) for k in cls.__mro__):
         raise TypeError(
             f"{cls.__name__}: a class with @sub_reward_func methods gets its process() from "
             "@reward_func; remove its own process() or its sub-rewards"
@@ -123,7 +124,14 @@ def _build(cls: T, name: str) -> T:
     cls.get_reward_metrics = staticmethod(get_reward_metrics)  # type: ignore[attr-defined]
     if not callable(getattr(cls, "setup", None)):
         cls.setup = lambda self: None  # type: ignore[attr-defined]
+    abc.update_abstractmethods(cls)  # a base's abstract process() is implemented now
     return cls
+
+
+def _own_process(klass: type) -> bool:
+    """Whether ``klass`` defines a ``process`` of its own (an abstract one is only declared)."""
+    process = vars(klass).get("process", _process)
+    return process is not _process and not getattr(process, "__isabstractmethod__", False)
 
 
 def get_scores(sub_rewards: dict[str, RewardOutput]) -> dict[str, float]:

@@ -1,4 +1,9 @@
-"""Load a processor class from a ``module:Class`` or ``path/to/file.py:Class`` path."""
+"""Load a processor class from a class path, in the three forms the reward SDK guide uses.
+
+- ``package.module:Class``: a module on the path (the working directory included);
+- ``package.module.Class``: the same, dotted; the last component is the class;
+- ``path/to/file.py:Class``: a file, relative to the working directory or absolute.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 from pipeline.errors import RewardError
 
-CLASSPATH_FORMS = "package.module:Class or path/to/file.py:Class"
+CLASSPATH_FORMS = "package.module:Class, package.module.Class or path/to/file.py:Class"
 
 
 def _cwd_on_path() -> None:
@@ -25,7 +30,8 @@ def _cwd_on_path() -> None:
 
 def _import_file(path: Path, where: str) -> ModuleType:
     if not path.is_file():
-        raise RewardError(f"{where}{path}: no such file")
+        looked = "" if path.is_absolute() else f" (looked for {path.resolve()})"
+        raise RewardError(f"{where}{path}: no such file{looked}")
     resolved = path.resolve()
     name = f"_turnstream_reward_{resolved.stem}_{hashlib.sha1(bytes(resolved)).hexdigest()[:8]}"
     if name in sys.modules:
@@ -43,7 +49,7 @@ def _import_file(path: Path, where: str) -> ModuleType:
     return module
 
 
-def _import_module(dotted: str, where: str) -> ModuleType:
+def _import_module(dotted: str, where: str, classpath: str) -> ModuleType:
     _cwd_on_path()
     try:
         return importlib.import_module(dotted)
@@ -51,30 +57,71 @@ def _import_module(dotted: str, where: str) -> ModuleType:
         missing = exc.name or ""
         if dotted == missing or dotted.startswith(missing + "."):
             raise RewardError(
-                f"{where}no module named {missing!r} (for {dotted!r}); run from the directory "
-                "that holds it, put it on PYTHONPATH, or give a file path: path/to/file.py:Class"
+                f"{where}no module named {missing!r} (for {classpath!r}); run from the "
+                "directory that holds it, put it on PYTHONPATH, or give a file path: "
+                "path/to/file.py:Class"
             ) from exc
-        raise RewardError(f"{where}importing {dotted!r} failed: {exc}") from exc
+        raise RewardError(f"{where}importing {dotted!r} (for {classpath!r}) failed: {exc}") from exc
     except Exception as exc:
         raise RewardError(
-            f"{where}importing {dotted!r} failed: {type(exc).__name__}: {exc}"
+            f"{where}importing {dotted!r} (for {classpath!r}) failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def split_classpath(classpath: str, where: str = "") -> tuple[str, str]:
+    """``(module or file, attribute)`` of a class path in any of its three forms."""
+    module_part, sep, attr = classpath.partition(":")
+    if not sep:
+        if classpath.endswith(".py") or "/" in classpath:
+            raise RewardError(
+                f"{where}{classpath!r} is not a class path: a file path names its class "
+                "after a colon (path/to/file.py:Class)"
+            )
+        module_part, _, attr = classpath.rpartition(".")
+    if not module_part or not attr:
+        raise RewardError(f"{where}{classpath!r} is not a class path ({CLASSPATH_FORMS})")
+    return module_part, attr
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _defined_classes(module: ModuleType) -> str:
+    names = sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type) and value.__module__ == module.__name__
+    )
+    return ", ".join(names) or "none"
 
 
 def load_class(classpath: str, where: str = "") -> Any:
     """The class (or factory) named by ``classpath``; ``where`` prefixes every error."""
-    module_part, sep, attr = classpath.partition(":")
-    if not sep or not module_part or not attr:
-        raise RewardError(f"{where}{classpath!r} is not a class path ({CLASSPATH_FORMS})")
+    module_part, attr = split_classpath(classpath, where)
     if module_part.endswith(".py") or "/" in module_part:
         module = _import_file(Path(module_part), where)
     else:
-        module = _import_module(module_part, where)
+        module = _import_module(module_part, where, classpath)
+    not_a_class = (
+        f"{where}{classpath!r} is not a class path: it names a module; "
+        f"add the class ({CLASSPATH_FORMS})"
+    )
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise RewardError(f"{where}{module_part!r} has no attribute {attr!r}")
+            if ":" not in classpath and _is_module(classpath):
+                raise RewardError(not_a_class)
+            raise RewardError(
+                f"{where}{classpath!r}: {module_part!r} has no attribute {attr!r} "
+                f"(the classes it defines: {_defined_classes(module)})"
+            )
         obj = getattr(obj, part)
+    if isinstance(obj, ModuleType):
+        raise RewardError(not_a_class)
     if not callable(obj):
         raise RewardError(f"{where}{classpath!r} is a {type(obj).__name__}, not a class")
     return obj

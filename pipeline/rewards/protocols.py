@@ -1,6 +1,9 @@
 """The processor protocols, and helpers that run a processor whether it is sync or async.
 
-A processor is any object with ``setup()`` and ``process(input)``; no base class.
+A processor is any object with ``setup()`` and ``process(input)``; no base class
+is needed. ``AbstractRewardProcessor`` and ``AbstractGroupRewardProcessor`` are
+the reward SDK guide's names, for code written against it: they implement
+nothing but a no-op ``setup()`` and declare ``process`` abstract.
 ``process`` may be ``def`` or ``async def``. A sync ``process`` runs on the
 event loop, so it should be quick (rules, regexes); anything that waits on the
 network should be ``async def``. A processor reports transient trouble as
@@ -10,6 +13,7 @@ network should be ``async def``. A processor reports transient trouble as
 from __future__ import annotations
 
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,6 +47,28 @@ class GroupRewardProcessor(Protocol):
 
     def process(self, input: GroupRewardInput) -> GroupRewardOutput | Awaitable[GroupRewardOutput]:
         """Score every output of ``input.agent_outputs``; no max-normalisation inside a group."""
+
+
+class AbstractRewardProcessor(ABC):
+    """The reward SDK guide's base class: subclass it, or write any class with these methods."""
+
+    def setup(self) -> None:  # noqa: B027 (optional: many processors have nothing to set up)
+        """Acquire resources once, before the first ``process``; by default nothing."""
+
+    @abstractmethod
+    def process(self, input: RewardInput) -> RewardOutput | Awaitable[RewardOutput]:
+        """Score one input (``def`` or ``async def``); FAILED only for transient trouble."""
+
+
+class AbstractGroupRewardProcessor(ABC):
+    """The reward SDK guide's base class of a group reward."""
+
+    def setup(self) -> None:  # noqa: B027 (optional: many processors have nothing to set up)
+        """Acquire resources once, before the first ``process``; by default nothing."""
+
+    @abstractmethod
+    def process(self, input: GroupRewardInput) -> GroupRewardOutput | Awaitable[GroupRewardOutput]:
+        """One reward per output of ``input.agent_outputs``, in order (``def`` or ``async def``)."""
 
 
 def processor_name(processor: object) -> str:

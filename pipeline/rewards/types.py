@@ -57,11 +57,11 @@ class Reward(_Model):
         return value
 
 
-def _check_status(status: TaskStatus, error: str | None, reward: object) -> None:
-    """A FAILED output says why; a SUCCESS output carries its reward."""
+def check_status(status: TaskStatus, error: str | None, payload: object) -> None:
+    """A FAILED output says why; a SUCCESS output carries its payload (reward, agent output)."""
     if status is TaskStatus.FAILED and not error:
         raise ValueError("a FAILED output must set error to say why")
-    if status is TaskStatus.SUCCESS and reward is None:
+    if status is TaskStatus.SUCCESS and payload is None:
         raise ValueError("a SUCCESS output must carry a reward")
 
 
@@ -87,7 +87,7 @@ class RewardOutput(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> RewardOutput:
-        _check_status(self.status, self.error, self.reward)
+        check_status(self.status, self.error, self.reward)
         return self
 
     @property
@@ -134,7 +134,7 @@ class GroupRewardOutput(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> GroupRewardOutput:
-        _check_status(self.status, self.error, self.reward)
+        check_status(self.status, self.error, self.reward)
         return self
 
     @property

@@ -6,7 +6,8 @@ It is no model. It speaks the parts of the protocol turnstream uses:
   user message, streamed (SSE, one chunk per token) or not, with per-token
   log-probs when ``logprobs`` is set, token ids when ``return_token_ids`` is
   set, ``max_tokens`` (finish reason ``length``), and a tool call when the
-  request offers tools and the last user message names one of them;
+  request offers tools and the last user message names one of them (unless
+  the last message is a tool's result: that gets an answer in words);
 - ``GET /v1/models``;
 - ``POST /update_weights_from_disk``: records the path and bumps the version
   it reports (optionally failing the first N calls);
@@ -130,7 +131,8 @@ class PolicySimulator:
             (_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
             "",
         )
-        tool = self._tool_to_call(body, last_user)
+        answered = bool(messages) and messages[-1].get("role") == "tool"
+        tool = None if answered else self._tool_to_call(body, last_user)
         if tool is not None:
             args = orjson.dumps({"query": last_user[:40]}).decode()
             pieces = [args[i : i + 8] for i in range(0, len(args), 8)]

@@ -295,8 +295,9 @@ def test_class_paths_load_from_modules_and_files_with_clear_errors(tmp_path: Pat
     )
     built = load_processor(f"{source}:Const", {"value": 0.25})
     assert built.value == 0.25
+    assert load_class("examples.rewards.refusal.SafetyProcessor").__name__ == "SafetyProcessor"
     with pytest.raises(RewardError, match="is not a class path"):
-        load_class("examples.rewards.refusal.SafetyProcessor")
+        load_class("examples.rewards.refusal")
     with pytest.raises(RewardError, match="no module named 'no_such_pkg'"):
         load_class("no_such_pkg.rewards:X")
     with pytest.raises(RewardError, match="has no attribute 'Nope'"):
