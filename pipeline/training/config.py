@@ -60,6 +60,12 @@ class TrainerConfig:
     eps_clip_high: float = opt(0.28, "PPO clip above 1")
     w_opd: float = opt(1.0, "combine: weight of teacher - old")
     w_rl: float = opt(1.0, "combine: weight of the reward")
+    teacher_baseline: Literal["none", "mean"] = opt(
+        "none",
+        "opd/combine: teacher - old as it is (none, OpenClaw-RL's), or less its mean over "
+        "the micro-batch's taught tokens (mean: a baseline; its mean, -KL, otherwise pushes "
+        "every sampled token down and flattens the policy)",
+    )
     teacher_adv_clip: float | None = opt(
         None,
         "opd/combine: limit teacher - old per token to [-C, C] nats (unset: no limit, as "

@@ -337,7 +337,7 @@ class PolicyEngine:
         logp, logits = self._train_logprobs(mb, hidden)
         adv = losses.sample_advantages(
             c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd,
-            c.w_rl, c.teacher_adv_clip,
+            c.w_rl, c.teacher_adv_clip, c.teacher_baseline == "mean",
         )  # fmt: skip
         stats = losses.policy_loss(
             logp,

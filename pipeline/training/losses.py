@@ -64,11 +64,21 @@ def rl_advantages(rewards: Tensor, mask: Tensor) -> Tensor:
 
 
 def opd_advantages(
-    teacher_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, clip: float | None = None
+    teacher_logprobs: Tensor,
+    old_logprobs: Tensor,
+    mask: Tensor,
+    clip: float | None = None,
+    centre: bool = False,
 ) -> Tensor:
-    """Per-token teacher_logprob - old_logprob (on-policy distillation), limited to
-    [-clip, clip] nats when ``clip`` is given."""
+    """Per-token teacher_logprob - old_logprob (on-policy distillation).
+
+    ``centre``: less its mean over ``mask`` (a baseline: the sampled-token estimate of the
+    reverse KL's gradient stays unbiased, and its mean, -KL, no longer pushes every sampled
+    token down, which flattens the policy); then limited to [-clip, clip] nats when ``clip``
+    is given."""
     gap = teacher_logprobs - old_logprobs
+    if centre:
+        gap = gap - token_mean(gap, mask)
     if clip is not None:
         gap = gap.clamp(-clip, clip)
     return gap * mask
@@ -83,15 +93,16 @@ def combine_advantages(
     w_rl: float = 1.0,
     teacher_mask: Tensor | None = None,
     clip: float | None = None,
+    centre: bool = False,
 ) -> Tensor:
     """w_opd * (teacher - old) + w_rl * reward, per token.
 
     ``teacher_mask`` (default ``mask``) limits the teacher term to the tokens
-    that have a teacher log-prob; the reward term covers all of ``mask``; ``clip`` limits
-    teacher - old (:func:`opd_advantages`).
+    that have a teacher log-prob; the reward term covers all of ``mask``; ``clip`` and
+    ``centre`` shape teacher - old (:func:`opd_advantages`).
     """
     opd_mask = mask if teacher_mask is None else teacher_mask
-    teach = opd_advantages(teacher_logprobs, old_logprobs, opd_mask, clip)
+    teach = opd_advantages(teacher_logprobs, old_logprobs, opd_mask, clip, centre)
     return w_opd * teach + w_rl * rl_advantages(rewards, mask)
 
 
@@ -105,20 +116,23 @@ def sample_advantages(
     w_opd: float = 1.0,
     w_rl: float = 1.0,
     clip: float | None = None,
+    centre: bool = False,
 ) -> Tensor:
     """Per-token advantages of a micro-batch in ``mode``; ``old`` is the trainer's own.
 
-    A sample without a teacher signal (``has_teacher`` false) gets no OPD term; ``clip``
-    limits teacher - old to [-clip, clip] nats (None: no limit, OpenClaw-RL's).
+    A sample without a teacher signal (``has_teacher`` false) gets no OPD term; ``centre``
+    takes teacher - old relative to its mean over the micro-batch's taught tokens, and
+    ``clip`` limits it to [-clip, clip] nats (neither: OpenClaw-RL's).
     """
     if mode == "rl":
         return rl_advantages(rewards, mask)
     teacher_mask = mask * has_teacher.to(mask.dtype)[:, None]
     if mode == "opd":
-        return opd_advantages(teacher_logprobs, old_logprobs.detach(), teacher_mask, clip)
+        return opd_advantages(teacher_logprobs, old_logprobs.detach(), teacher_mask, clip, centre)
     return combine_advantages(
-        teacher_logprobs, old_logprobs.detach(), rewards, mask, w_opd, w_rl, teacher_mask, clip
-    )
+        teacher_logprobs, old_logprobs.detach(), rewards, mask, w_opd, w_rl, teacher_mask, clip,
+        centre,
+    )  # fmt: skip
 
 
 def behaviour_log_ratio(old_logprobs: Tensor, rollout_logprobs: Tensor | None) -> Tensor:

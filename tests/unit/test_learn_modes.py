@@ -53,6 +53,7 @@ def test_each_mode_starts_a_trainer_its_config_accepts(
         topk_coef,
     )
     assert config.teacher_adv_clip == (None if mode == "rl" else 1.0)
+    assert config.teacher_baseline == ("none" if mode == "rl" else "mean")
     assert options.to_json()["mode"] == mode and options.to_json()["baseline"] == baseline
 
 

@@ -117,6 +117,25 @@ def test_teacher_minus_old_is_limited_to_the_clip_in_opd_and_combine() -> None:
     assert unclipped.tolist() == [[0.5, 8.5, -8.0], [-10.0, 1.0, 0.0]]
 
 
+def test_a_centred_teacher_gap_is_relative_to_its_mean_over_the_taught_tokens() -> None:
+    mask = T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    old = T([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
+    teacher = T([[-2.0, -3.0, 9.0], [-1.0, -4.0, -2.0]])  # gaps -1, -2, (10); 0, -3, -1
+    has_teacher = T([True, False])  # sample 1's gaps are no signal: not in the mean
+    rewards = T([0.0, 1.0])
+    opd = sample_advantages("opd", rewards, teacher, has_teacher, old, mask, centre=True)
+    assert opd.tolist() == [[0.5, -0.5, 0.0], [0.0, 0.0, 0.0]]  # mean -1.5 over 2 tokens
+    both = sample_advantages(
+        "opd", rewards, teacher, T([True, True]), old, mask, clip=1.0, centre=True
+    )
+    # mean of -1, -2, 0, -3, -1 is -1.4: 0.4, -0.6, (masked), 1.4 -> 1, -1.6 -> -1, 0.4
+    assert both.flatten().tolist() == pytest.approx([0.4, -0.6, 0.0, 1.0, -1.0, 0.4])
+    comb = sample_advantages(
+        "combine", rewards, teacher, has_teacher, old, mask, 1.0, 1.0, None, True
+    )
+    assert comb.tolist() == [[0.5, -0.5, 0.0], [1.0, 1.0, 1.0]]
+
+
 def test_behaviour_weights_truncate_and_skip_missing_rollout_logprobs() -> None:
     old = T([[-1.0, -1.0, -1.0, -1.0]])
     rollout = T([[-1.0, -1.3, -0.7, NAN]])
