@@ -20,7 +20,9 @@ from pipeline.errors import EventDecodeError
 SCHEMA_VERSION: Literal[1] = 1
 MAX_SESSION_ID_CHARS = 256
 
-ExcludeReason = Literal["no_next_state", "neutral_score", "no_hint", "hint_rejected"]
+ExcludeReason = Literal[
+    "no_next_state", "neutral_score", "no_hint", "hint_rejected", "rollout_failed"
+]
 MAX_GROUP_SIZE = 1024
 SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
 GroupId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
@@ -99,6 +101,11 @@ class Turn(_Event):
     ground_truth: Any = Field(
         None, description="reference answer for reward processors; never shown to the judge"
     )
+    rollout: bool = Field(
+        False,
+        description="a turn of a rollout attempt (the proxy's /rollouts/ route): its pairs wait "
+        "for the session's end and train only if the attempt succeeded",
+    )
 
     @model_validator(mode="after")
     def _logprobs_match_ids(self) -> Turn:
@@ -126,12 +133,19 @@ class Message(_Event):
 class SessionEnd(_Event):
     """The session is over: its pending turn has no next state.
 
-    ``reason`` is ``client`` when the app ended it, ``idle_timeout`` when a
-    scoring worker found it idle (that decision is on the log too).
+    ``reason`` is ``client`` when the app ended it (or a rollout attempt
+    succeeded), ``idle_timeout`` when a scoring worker found it idle (that
+    decision is on the log too), ``rollout_failed`` when the rollout stage ended
+    a failed attempt: none of that session's turns trains.
     """
 
     type: Literal["session_end"]
-    reason: Literal["client", "idle_timeout"] = "client"
+    reason: Literal["client", "idle_timeout", "rollout_failed"] = "client"
+    rollout_metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="a successful rollout's own metrics (RolloutOutput.rollout_metrics); "
+        "each of the session's samples carries them in reward_metrics as rollout/<name>",
+    )
 
 
 InputEvent = Annotated[Turn | Message | SessionEnd, Field(discriminator="type")]
@@ -150,6 +164,14 @@ class Paired(_Strict):
     )
     paired_ts: float
     attempt: int = Field(1, ge=1, description="1, or more when fed back from samples.retry")
+    exclude_reason: ExcludeReason | None = Field(
+        None,
+        description="set by the pairing stage for a turn that must not train (a failed "
+        "rollout attempt's): it is recorded as an excluded sample without being judged",
+    )
+    rollout_metrics: dict[str, float] = Field(
+        default_factory=dict, description="the rollout's metrics, from its session's end"
+    )
 
     @property
     def route_key(self) -> bytes:

@@ -41,24 +41,48 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# group -> its commands that live in modules of their own: command -> (module, function).
+# A group named here and not in COMMANDS is made of these alone.
+GROUP_COMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "rollout": {"run": ("pipeline.cli.rollout_run", "run")},
+}
+
+
+def _load(module: str, attribute: str) -> Any:
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _group(name: str) -> Any:
+    """The group ``name``: its COMMANDS Typer (if any) with its GROUP_COMMANDS added."""
+    if name in COMMANDS:
+        app = _load(*COMMANDS[name])
+    else:
+        app = typer.Typer(no_args_is_help=True, help=f"turnstream {name} commands.")
+    for command, (module, attribute) in GROUP_COMMANDS[name].items():
+        app.command(command)(_load(module, attribute))
+    return typer.main.get_group(app)
+
+
 class _Commands(TyperGroup):
     """The top-level group: each command built from its module on first use."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(COMMANDS)
+        return list(dict.fromkeys([*COMMANDS, *GROUP_COMMANDS]))
 
     def get_command(self, ctx: Any, name: str) -> Any:
-        if name not in COMMANDS:
+        if name not in COMMANDS and name not in GROUP_COMMANDS:
             return None
         if name not in self.commands:
-            module, attribute = COMMANDS[name]
-            target = getattr(importlib.import_module(module), attribute)
-            if isinstance(target, typer.Typer):
-                command: Any = typer.main.get_group(target)
+            if name in GROUP_COMMANDS:
+                command: Any = _group(name)
             else:
-                one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-                one.command(name)(target)
-                command = typer.main.get_command(one)
+                target = _load(*COMMANDS[name])
+                if isinstance(target, typer.Typer):
+                    command = typer.main.get_group(target)
+                else:
+                    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+                    one.command(name)(target)
+                    command = typer.main.get_command(one)
             command.name = name
             self.commands[name] = command
         return self.commands[name]

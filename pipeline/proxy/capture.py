@@ -37,6 +37,7 @@ class RequestMeta:
     done: bool
     group_id: str | None = None
     group_size: int | None = None
+    rollout: bool = False  # served on the rollout route: a rollout attempt's turn
 
 
 def _flag(value: Any) -> bool:
@@ -308,5 +309,6 @@ def build_turn(
         "policy_version": policy_version,
         "group_id": meta.group_id,
         "group_size": meta.group_size,
+        "rollout": meta.rollout,
     }
     return decode_as(Turn, orjson.dumps(event))

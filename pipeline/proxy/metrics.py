@@ -31,3 +31,8 @@ UPSTREAM_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 POLICY_VERSION = Gauge("turnstream_proxy_policy_version", "policy version stamped on new turns")
+ROLLOUT_ENDS = Counter(
+    "turnstream_proxy_rollout_ends_total",
+    "rollout sessions ended on the rollout route, by status (success, failed)",
+    ["status"],
+)

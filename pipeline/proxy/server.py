@@ -5,7 +5,11 @@ pass through chunk by chunk as they arrive); once the response is complete the
 proxy produces a ``turn`` event to chat.turns (and a ``session_end`` when the
 client said the session is done). Producing goes through :class:`EventSink`:
 it never blocks or fails the user's response. ``GET /v1/models`` is forwarded;
-``GET /healthz`` and ``GET /metrics`` describe the proxy itself.
+``GET /healthz`` and ``GET /metrics`` describe the proxy itself. The rollout
+route (:mod:`pipeline.proxy.rollout_route`) serves the same chat and models
+under ``/rollouts/{session_id}/{group_id}/{group_size}/{max_turns}/v1/`` with
+the session named by the path, and ``POST /rollouts/{session_id}/end`` ends a
+rollout attempt's session through the same sink, after its turns.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -35,6 +40,14 @@ from pipeline.proxy.capture import (
     request_meta,
     stamped_version,
     upstream_body,
+)
+from pipeline.proxy.rollout_route import (
+    END,
+    PREFIX,
+    RolloutRoute,
+    parse_end,
+    parse_route,
+    route_headers,
 )
 from pipeline.proxy.sessions import SessionCounters
 from pipeline.proxy.sink import EventSink
@@ -106,6 +119,9 @@ def build_proxy(state: ProxyState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_post(PREFIX + "/v1/chat/completions", rollout_chat_completions)
+    app.router.add_get(PREFIX + "/v1/models", models)
+    app.router.add_post(END, end_rollout)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", prometheus)
     app.on_startup.append(_open_http)
@@ -173,8 +189,22 @@ async def models(request: web.Request) -> web.StreamResponse:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _serve_chat(request, None)
+
+
+async def rollout_chat_completions(request: web.Request) -> web.StreamResponse:
+    """The rollout route: the plain route with the path's session and group headers."""
+    try:
+        route = parse_route(request.match_info)
+    except BadRequest as exc:
+        metrics.REQUESTS.labels("400", "-").inc()
+        return openai_error(400, str(exc))
+    return await _serve_chat(request, route)
+
+
+async def _serve_chat(request: web.Request, route: RolloutRoute | None) -> web.StreamResponse:
     state = request.app[STATE]
-    parsed = await _read_chat_request(state, request)
+    parsed = await _read_chat_request(state, request, route)
     if isinstance(parsed, web.Response):
         return parsed
     body, meta = parsed
@@ -208,9 +238,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _read_chat_request(
-    state: ProxyState, request: web.Request
+    state: ProxyState, request: web.Request, route: RolloutRoute | None = None
 ) -> tuple[dict[str, Any], RequestMeta] | web.Response:
-    """The request's body and what its headers say about the turn, or the error to answer."""
+    """The request's body and what its headers (or its rollout route) say about the turn,
+    or the error to answer."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -224,14 +255,55 @@ async def _read_chat_request(
         body = orjson.loads(raw)
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
-        meta = request_meta(request.headers, body, state.config.default_turn_type)
+        headers: Mapping[str, str] = request.headers
+        if route is not None:
+            headers = route_headers(route, request.headers)
+        meta = request_meta(headers, body, state.config.default_turn_type)
     except orjson.JSONDecodeError as exc:
         metrics.REQUESTS.labels("400", "-").inc()
         return openai_error(400, f"body is not valid JSON: {exc}")
     except BadRequest as exc:
         metrics.REQUESTS.labels("400", "-").inc()
         return openai_error(400, str(exc))
-    return body, meta
+    if route is None:
+        return body, meta
+    recorded = state.counters.peek(meta.session_id)
+    if recorded >= route.max_turns:
+        metrics.REQUESTS.labels("max_turns", "-").inc()
+        return openai_error(
+            400,
+            f"rollout session {meta.session_id!r} has made {recorded} model call(s), its "
+            f"max_turns ({route.max_turns}): this call is refused and not forwarded",
+            "max_turns_exceeded",
+        )
+    return body, replace(meta, rollout=True, done=False)  # the rollout stage ends it
+
+
+async def end_rollout(request: web.Request) -> web.Response:
+    """End a rollout attempt's session: a ``session_end`` through the sink, after the turns
+    the proxy has offered for it (the sink keeps a session's events in order)."""
+    state = request.app[STATE]
+    session = request.match_info["session_id"]
+    try:
+        end = parse_end(orjson.loads(await request.read()))
+        event = SessionEnd(
+            type="session_end",
+            session_id=session,
+            ts=time.time(),
+            reason="client" if end.succeeded else "rollout_failed",
+            rollout_metrics=end.rollout_metrics,
+        )
+    except (orjson.JSONDecodeError, BadRequest, ValueError) as exc:
+        return openai_error(400, f"cannot end rollout session {session!r}: {exc}")
+    queued = state.sink.offer(
+        state.settings.topics.chat_turns.name, session.encode(), encode(event)
+    )
+    metrics.ROLLOUT_ENDS.labels("success" if end.succeeded else "failed").inc()
+    if not end.succeeded:
+        log.info("rollout session %s ended as failed: %s", session, end.error or "(no error given)")
+    return web.json_response(
+        {"session_id": session, "reason": event.reason, "queued": queued}, status=202
+    )
 
 
 async def _relay(
@@ -289,7 +361,9 @@ async def _relay_stream(
                 except Exception:  # recording must never break what the user receives
                     log.exception("cannot parse the upstream's stream; this turn is not recorded")
                     capturing = False
-        await response.write_eof()
+        # No write_eof here: aiohttp ends the body once the handler returns, after the turn
+        # is offered to the sink, so a client that reads its answer to the end (the openai
+        # SDK does) and then ends its session finds the turn queued before the end.
     except ConnectionResetError:  # the client went away: it saw the whole turn only if [DONE]
         return response, assembler.result() if capturing and assembler.done else None
     except (TimeoutError, aiohttp.ClientError) as exc:  # the upstream failed mid-stream

@@ -35,6 +35,13 @@ class SessionCounters:
         ).fetchone()
         return int(row[0])
 
+    def peek(self, session_id: str) -> int:
+        """How many turns ``session_id`` has recorded (the index its next turn takes)."""
+        row = self._db.execute(
+            "SELECT next_index FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def forget_older_than(self, seconds: float) -> int:
         """Drop sessions idle for longer than ``seconds``; how many were dropped."""
         cur = self._db.execute("DELETE FROM sessions WHERE last_seen < ?", (time.time() - seconds,))

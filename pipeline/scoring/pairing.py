@@ -13,7 +13,14 @@ session_id, so a session's events arrive in order on one partition):
 - a turn whose (session, turn_index) was already seen is a duplicate and is
   ignored; a turn older than the newest one seen, but not seen before, arrived
   out of order: its next state can no longer be known, so it is rejected
-  (dead-lettered with that reason) rather than paired wrongly.
+  (dead-lettered with that reason) rather than paired wrongly;
+- a rollout attempt's turns (``turn.rollout``, from the proxy's rollout route)
+  are paired as any others, but their pairs are *held* in the state until the
+  session ends: an end with reason ``client`` (the attempt succeeded) emits
+  them with the end's ``rollout_metrics``; ``rollout_failed`` (or an idle
+  timeout: the rollout stage never said it succeeded) emits them marked
+  ``exclude_reason: rollout_failed``, so no sample trains from a failed
+  attempt. The held pairs are bounded by the rollout's ``max_turns``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ Outcome = Literal[
     "stale_idle",
     "no_pending",
     "ignored_end",
+    "held",
+    "rollout_ended",
+    "rollout_failed",
 ]
 
 
@@ -45,21 +55,33 @@ class SessionState:
     seen: list[int] = field(default_factory=list)  # turn indices seen, main and side
     judged: bool = False  # a pair with a next state was emitted already
     last_seen: float = 0.0  # wall-clock time of the session's last event
+    rollout: bool = False  # a rollout attempt's session: its pairs wait for its end
+    held: list[dict[str, Any]] = field(default_factory=list)  # those pairs, as their JSON
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "pending": self.pending,
             "seen": self.seen,
             "judged": self.judged,
             "last_seen": self.last_seen,
         }
+        if self.rollout:  # a plain session's stored state keeps the shape it had
+            out.update(rollout=True, held=self.held)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SessionState:
         """A state to step from; ``data`` is never changed (it may be waiting to be stored)."""
         if not data:
             return cls()
-        return cls(data["pending"], list(data["seen"]), data["judged"], data["last_seen"])
+        return cls(
+            data["pending"],
+            list(data["seen"]),
+            data["judged"],
+            data["last_seen"],
+            bool(data.get("rollout", False)),
+            list(data.get("held", [])),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,13 +135,35 @@ def pair_step(
             return Step(st, [], "no_pending")
         pair = _pair(st, event.message, now)
         st.pending = None
-        return Step(st, [pair], "paired")
+        return _emit(st, [pair], "paired")
     if event.reason == "idle_timeout" and st.last_seen > event.ts - idle_timeout_s:
         return Step(st, [], "stale_idle")  # the session moved on after the timer looked
     if state is None:
         return Step(None, [], "ignored_end")
     pairs = [_pair(st, None, now)] if st.pending is not None else []
+    if st.rollout:
+        return _end_rollout(st, pairs, event)
     return Step(None, pairs, "idle_ended" if event.reason == "idle_timeout" else "ended")
+
+
+def _emit(st: SessionState, pairs: list[Paired], outcome: Outcome) -> Step:
+    """``pairs`` sent on, or held in ``st`` until a rollout session's end."""
+    if not st.rollout or not pairs:
+        return Step(st, pairs, outcome)
+    st.held.extend(p.model_dump(mode="json") for p in pairs)
+    return Step(st, [], "held")
+
+
+def _end_rollout(st: SessionState, last: list[Paired], end: SessionEnd) -> Step:
+    """A rollout session's held pairs (and its last turn's): trained with the rollout's
+    metrics when it succeeded, excluded as ``rollout_failed`` when it failed or went idle."""
+    pairs = [Paired.model_validate(p) for p in st.held] + last
+    if end.reason == "client":
+        update: dict[str, Any] = {"rollout_metrics": dict(end.rollout_metrics)}
+        outcome: Outcome = "rollout_ended"
+    else:
+        update, outcome = {"exclude_reason": "rollout_failed"}, "rollout_failed"
+    return Step(None, [p.model_copy(update=update) for p in pairs], outcome)
 
 
 def _on_turn(st: SessionState, turn: Turn, now: float) -> Step:
@@ -134,8 +178,9 @@ def _on_turn(st: SessionState, turn: Turn, now: float) -> Step:
         return Step(st, [], "out_of_order", reason)
     st.seen.append(index)
     st.last_seen = now
+    st.rollout = st.rollout or turn.rollout
     if turn.turn_type == "side":
         return Step(st, [], "side")
     pairs = [_pair(st, next_state_of(turn), now)] if st.pending is not None else []
     st.pending = turn.model_dump(mode="json")
-    return Step(st, pairs, "paired" if pairs else "pending")
+    return _emit(st, pairs, "paired" if pairs else "pending")

@@ -17,11 +17,20 @@ from typing import Any
 
 from pipeline.deadletters import DeadLetters, Out
 from pipeline.errors import EventDecodeError
-from pipeline.events import Paired, RetryRecord, Sample, decode_as, decode_input, encode
+from pipeline.events import (
+    JudgeIdentity,
+    Paired,
+    RetryRecord,
+    Sample,
+    decode_as,
+    decode_input,
+    encode,
+)
 from pipeline.judge.client import JudgeUnavailable
 from pipeline.rewards.quality import LengthBias
 from pipeline.scoring import metrics
 from pipeline.scoring.pairing import SessionState, pair_step
+from pipeline.scoring.samples import build_sample
 from pipeline.scoring.scorers import PairScorer
 from pipeline.topics import Topics
 
@@ -110,7 +119,8 @@ class JudgeStage:
             paired = decode_as(Paired, raw)
         except EventDecodeError as exc:
             return [self.dead("score", str(exc), source, raw)]
-        session_key = paired.turn.session_id.encode()
+        if paired.exclude_reason is not None:  # a failed rollout's turn: recorded, not judged
+            return [self._sample_out(excluded_sample(paired, self.scorer.identity), source)]
         metrics.IN_FLIGHT.inc()
         try:
             sample = await self.scorer.score(paired)
@@ -127,11 +137,29 @@ class JudgeStage:
             return [self.dead("score", f"unexpected error: {detail}", source, raw)]
         finally:
             metrics.IN_FLIGHT.dec()
-        record_sample_metrics(sample)
         if sample.next_state is not None:
             self.length_bias.observe(sample.score, len(sample.response.content or ""))
-        out = Out(self.scored_topic, session_key, encode(sample))
-        return [self.dead.unless_fits("score", out, f"the sample of {sample.sample_id}", source)]
+        return [self._sample_out(with_rollout_metrics(sample, paired), source)]
+
+    def _sample_out(self, sample: Sample, source: str) -> Out:
+        record_sample_metrics(sample)
+        out = Out(self.scored_topic, sample.session_id.encode(), encode(sample))
+        return self.dead.unless_fits("score", out, f"the sample of {sample.sample_id}", source)
+
+
+def excluded_sample(paired: Paired, identity: JudgeIdentity) -> Sample:
+    """The sample of a pair the pairing stage excluded: loss_mask 0, no judge call."""
+    reason = paired.exclude_reason
+    sample = build_sample(paired, identity, "rl", None, None, 0.0)
+    return sample.model_copy(update={"loss_mask": 0, "exclude_reason": reason})
+
+
+def with_rollout_metrics(sample: Sample, paired: Paired) -> Sample:
+    """``sample`` with its rollout's metrics in ``reward_metrics``, as ``rollout/<name>``."""
+    if not paired.rollout_metrics:
+        return sample
+    named = {f"rollout/{k}": v for k, v in paired.rollout_metrics.items()}
+    return sample.model_copy(update={"reward_metrics": {**sample.reward_metrics, **named}})
 
 
 def record_sample_metrics(sample: Sample) -> None:

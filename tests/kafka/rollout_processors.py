@@ -1,0 +1,106 @@
+"""Rollout processors the rollout stage's Kafka-tier tests run, each task saying what to do.
+
+``rollout_extra.kind`` picks the behaviour: ``chat`` (two model calls on a plain
+``openai`` client of its own, the second, streamed, after the user's follow-up), ``tool``
+(``trace_client`` and ``trace_tool``: the policy asks for a tool, its result
+goes back to the policy), ``fail`` (a model call, then FAILED), ``slow`` (a
+model call, then longer than the task's timeout), ``greedy`` (model calls until
+the proxy refuses one: max_turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import openai
+
+from pipeline.sdk import (
+    AgentOutput,
+    RolloutInput,
+    RolloutOutput,
+    TaskStatus,
+    trace_client,
+    trace_tool,
+)
+
+FOLLOW_UP = "thanks, that is what I needed"
+SEARCH_RESULT = "3 results for the weather in Lisbon"
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
+
+
+def search(query: str) -> str:
+    return SEARCH_RESULT
+
+
+def _client(input: RolloutInput) -> openai.AsyncOpenAI:
+    """A client of the processor's own, on nothing but the task's model_resource."""
+    resource = input.model_resource
+    return openai.AsyncOpenAI(
+        base_url=resource.base_url, api_key=resource.api_key or "none", max_retries=0
+    )
+
+
+async def _ask(
+    client: Any, input: RolloutInput, messages: list[dict[str, Any]], stream: bool = False
+) -> str:
+    model = input.model_resource.model_name
+    if not stream:
+        completion = await client.chat.completions.create(model=model, messages=messages)
+        return str(completion.choices[0].message.content)
+    pieces = []
+    async for chunk in await client.chat.completions.create(
+        model=model, messages=messages, stream=True
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    return "".join(pieces)
+
+
+class ScriptedRollouts:
+    def setup(self) -> None:
+        pass
+
+    async def process(self, input: RolloutInput) -> RolloutOutput:
+        kind = input.rollout_extra["kind"]
+        messages = list(input.messages)
+        if kind == "tool":
+            return await self._tool(input, messages)
+        async with _client(input) as client:
+            messages.append({"role": "assistant", "content": await _ask(client, input, messages)})
+            if kind == "fail":
+                return RolloutOutput(status=TaskStatus.FAILED, error="the tool broke")
+            if kind == "slow":
+                await asyncio.sleep(30)
+            while kind == "greedy":  # until the proxy refuses a call (BadRequestError)
+                messages += [{"role": "user", "content": "more"}]
+                messages.append(
+                    {"role": "assistant", "content": await _ask(client, input, messages)}
+                )
+            messages.append({"role": "user", "content": FOLLOW_UP})  # the last call streams
+            answer = await _ask(client, input, messages, stream=True)
+            messages.append({"role": "assistant", "content": answer})
+        return RolloutOutput(
+            agent_output=AgentOutput(messages=messages, rollout_metrics={"calls": 2.0}),
+            status=TaskStatus.SUCCESS,
+            rollout_metrics={"answer_words": float(len(messages[-1]["content"].split()))},
+        )
+
+    async def _tool(self, input: RolloutInput, messages: list[dict[str, Any]]) -> RolloutOutput:
+        tool = trace_tool(input, search)
+        async with trace_client(input) as client:
+            first = await client.chat.completions.create(messages=messages, tools=[SEARCH_TOOL])
+            call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+            messages.append(first.choices[0].message.model_dump(exclude_none=True))
+            result = tool(**json.loads(call.function.arguments))  # type: ignore[union-attr]
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            second = await client.chat.completions.create(messages=messages, tools=[SEARCH_TOOL])
+            messages.append(second.choices[0].message.model_dump(exclude_none=True))
+        return RolloutOutput(agent_output=AgentOutput(messages=messages), status=TaskStatus.SUCCESS)
