@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "offsets": ("pipeline.cli.replay", "offsets_app"),
     "reward": ("pipeline.cli.rewards", "reward_app"),
     "judge": ("pipeline.cli.rewards", "judge_app"),
+    "rollout": ("pipeline.cli.rollout", "app"),
+    "functions": ("pipeline.cli.functions", "app"),
 }
 
 

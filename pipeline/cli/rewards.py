@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.text import Text
 
+from pipeline.cli.output import echo_json, fail
 from pipeline.errors import ConfigError, RewardError
 from pipeline.rewards import agreement as gold
 from pipeline.rewards.combine import load_plan, load_weighted
@@ -32,17 +31,11 @@ from pipeline.rewards.types import GroupRewardInput, GroupRewardOutput, RewardIn
 
 reward_app = typer.Typer(help="Reward processors: run one locally.", no_args_is_help=True)
 judge_app = typer.Typer(help="Judge quality checks.", no_args_is_help=True)
-stderr = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_JUDGE = "pipeline.rewards.prm:PrmJudge"
 PROCESSOR_HELP = f"the processor class: {CLASSPATH_FORMS}"
 CONFIG_HELP = "a rewards YAML instead of --processor (its processors; its group: for a group input)"
 OPTIONS_HELP = "constructor keywords as a JSON object, e.g. '{\"max_chars\": 2000}'"
-
-
-def _exit(code: int, message: str) -> NoReturn:
-    stderr.print(Text("error: ", style="bold red").append(message, style=""), highlight=False)
-    raise typer.Exit(code)
 
 
 def _build(
@@ -54,32 +47,32 @@ def _build(
     and any other input its weighted ``processors``.
     """
     if (processor is None) == (config is None):
-        _exit(2, "give exactly one of --processor module:Class or --config rewards.yaml")
+        fail(2, "give exactly one of --processor module:Class or --config rewards.yaml")
     built: Any  # a processor or a group processor, loaded by name: the input says which
     try:
         if config is not None:
             if options:
-                _exit(2, "--options goes with --processor; a rewards file has its own options")
+                fail(2, "--options goes with --processor; a rewards file has its own options")
             if group:
                 plan = load_plan(config)
                 if plan.group is None:
-                    _exit(2, f"{config}: the input is a group input but the file has no group:")
+                    fail(2, f"{config}: the input is a group input but the file has no group:")
                 built = plan.group.processor
             else:
                 built = load_weighted(config)
         else:
             kwargs = orjson.loads(options) if options else {}
             if not isinstance(kwargs, dict):
-                _exit(2, f"--options must be a JSON object, got {type(kwargs).__name__}")
+                fail(2, f"--options must be a JSON object, got {type(kwargs).__name__}")
             built = load_processor(str(processor), kwargs)
     except orjson.JSONDecodeError as exc:
-        _exit(2, f"--options is not valid JSON: {exc}")
+        fail(2, f"--options is not valid JSON: {exc}")
     except (RewardError, ConfigError) as exc:
-        _exit(2, str(exc))
+        fail(2, str(exc))
     try:
         setup_processor(built)
     except RewardError as exc:
-        _exit(2, str(exc))
+        fail(2, str(exc))
     return built
 
 
@@ -88,11 +81,11 @@ def _read_input(path: Path) -> RewardInput | GroupRewardInput:
     try:
         data = orjson.loads(path.read_bytes())
     except OSError as exc:
-        _exit(2, f"{path}: cannot read: {exc.strerror or exc}")
+        fail(2, f"{path}: cannot read: {exc.strerror or exc}")
     except orjson.JSONDecodeError as exc:
-        _exit(2, f"{path}: not valid JSON: {exc}")
+        fail(2, f"{path}: not valid JSON: {exc}")
     if not isinstance(data, dict):
-        _exit(2, f"{path}: expected a JSON object, got {type(data).__name__}")
+        fail(2, f"{path}: expected a JSON object, got {type(data).__name__}")
     group = data.get("func_type") == "group_reward" or "agent_outputs" in data
     model: type[RewardInput] | type[GroupRewardInput] = GroupRewardInput if group else RewardInput
     try:
@@ -103,7 +96,7 @@ def _read_input(path: Path) -> RewardInput | GroupRewardInput:
             + ("unknown field" if err["type"] == "extra_forbidden" else err["msg"])
             for err in exc.errors(include_url=False)
         ]
-        _exit(2, f"{path}: not a {model.__name__}:\n  " + "\n  ".join(problems))
+        fail(2, f"{path}: not a {model.__name__}:\n  " + "\n  ".join(problems))
 
 
 async def _run_once(
@@ -138,12 +131,12 @@ def reward_test(
     try:
         out = asyncio.run(_run_once(built, data))
     except RewardError as exc:
-        _exit(1, str(exc))
+        fail(1, str(exc))
     except Exception as exc:
-        _exit(1, f"{name} raised {type(exc).__name__}: {exc}")
-    typer.echo(orjson.dumps(out.model_dump(mode="json"), option=orjson.OPT_INDENT_2).decode())
+        fail(1, f"{name} raised {type(exc).__name__}: {exc}")
+    echo_json(out.model_dump(mode="json"))
     if not out.ok:
-        _exit(1, f"{name} FAILED: {out.error}")
+        fail(1, f"{name} FAILED: {out.error}")
 
 
 async def _score_all(built: Any, items: list[gold.GoldItem], concurrency: int) -> list[Any]:
@@ -178,7 +171,7 @@ def judge_agreement(
     try:
         items = gold.load_gold(gold_path)
     except RewardError as exc:
-        _exit(2, str(exc))
+        fail(2, str(exc))
     if processor is None and config is None:
         processor = DEFAULT_JUDGE
     built = _build(processor, config, options)
@@ -188,9 +181,9 @@ def judge_agreement(
     try:
         outputs = asyncio.run(_score_all(built, items, concurrency))
     except RewardError as exc:
-        _exit(1, str(exc))
+        fail(1, str(exc))
     except Exception as exc:
-        _exit(1, f"{processor_name(built)} raised {type(exc).__name__}: {exc}")
+        fail(1, f"{processor_name(built)} raised {type(exc).__name__}: {exc}")
     result = gold.report(items, outputs)
     typer.echo(gold.render(result))
     problems = []
@@ -200,7 +193,7 @@ def judge_agreement(
         if floor is not None and (value is None or value < floor):
             problems.append(f"{name} {gold.describe(value)} is below --min-{name} {floor:g}")
     if problems:
-        _exit(1, "; ".join(problems))
+        fail(1, "; ".join(problems))
 
 
 def _register_train() -> None:

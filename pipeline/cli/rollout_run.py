@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 import typer
 
-from pipeline.errors import RewardError, RolloutError
+from pipeline.cli.output import fail
+from pipeline.errors import RolloutError
 
 PROCESSOR_HELP = (
     "the rollout processor class: package.module:Class, package.module.Class or "
@@ -32,23 +33,14 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _fail(code: int, message: str) -> None:
-    _say(f"error: {message}")
-    raise typer.Exit(code)
-
-
 def _processor(classpath: str) -> Any:
-    from pipeline.rewards.loading import load_processor
-    from pipeline.rewards.protocols import setup_processor
+    """The processor at ``classpath``, checked and set up; one that cannot be used exits 2."""
+    from pipeline.rollouts.components import prepare
 
     try:
-        processor = load_processor(classpath, where="--processor: ")
-        setup_processor(processor)
-    except (RewardError, RolloutError) as exc:
-        _fail(2, str(exc))
-    except Exception as exc:
-        _fail(2, f"{classpath}: setup() raised {type(exc).__name__}: {exc}")
-    return processor
+        return prepare(classpath, "rollout", "--processor: ")
+    except RolloutError as exc:
+        fail(2, str(exc))
 
 
 async def _run(processor: Any, tasks: list[Any], plan: Any, every_s: float) -> Any:
@@ -111,7 +103,7 @@ def run(
     try:
         read = read_tasks(tasks)
     except RolloutError as exc:
-        _fail(2, str(exc))
+        fail(2, str(exc))
     built = _processor(processor)
     plan = RolloutPlan(model_url, model_name, api_key, n, concurrency, max_attempts)
     _say(
@@ -122,4 +114,4 @@ def run(
     _say(progress.line())
     typer.echo(orjson.dumps(progress.summary()).decode())
     if progress.dead_lettered:
-        _fail(1, f"{progress.dead_lettered} of {len(read)} task(s) dead-lettered")
+        fail(1, f"{progress.dead_lettered} of {len(read)} task(s) dead-lettered")

@@ -87,33 +87,47 @@ class WeightedProcessor:
     reward_metric_weight: dict[str, float] | None = field(default=None)
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
+def key_path(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as a YAML key path: ``processors[1].weight``."""
     out = ""
     for item in loc:
         out += f"[{item}]" if isinstance(item, int) else (f".{item}" if out else str(item))
     return out
 
 
-def load_rewards_config(path: Path) -> RewardsConfig:
-    """Parse and check a rewards file; errors name the file and the key."""
+def file_problems(path: Path, exc: ValidationError, drop: int = 0) -> list[str]:
+    """Each error of a config file's validation, as ``file: key.path: problem``.
+
+    ``drop`` leading parts of each location are left out (a key the file itself lacks).
+    """
+    problems = []
+    for err in exc.errors(include_url=False):
+        problem = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            problem = "required key is missing"
+        elif err["type"] == "extra_forbidden":
+            problem = "unknown key (check its spelling)"
+        problems.append(f"{path}: {key_path(tuple(err['loc'])[drop:]) or '(top level)'}: {problem}")
+    return problems
+
+
+def read_yaml(path: Path) -> Any:
+    """The parsed YAML file at ``path``; a file that cannot be read or parsed is a ConfigError."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def load_rewards_config(path: Path) -> RewardsConfig:
+    """Parse and check a rewards file; errors name the file and the key."""
+    data = read_yaml(path)
     try:
         return RewardsConfig.model_validate(data if data is not None else {})
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            problem = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "missing":
-                problem = "required key is missing"
-            elif err["type"] == "extra_forbidden":
-                problem = "unknown key (check its spelling)"
-            problems.append(f"{path}: {_key_path(err['loc']) or '(top level)'}: {problem}")
-        raise ConfigError("\n".join(problems)) from exc
+        raise ConfigError("\n".join(file_problems(path, exc))) from exc
 
 
 def build_weighted(config: RewardsConfig, source: str = "rewards") -> WeightedReward:

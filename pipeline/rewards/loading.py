@@ -127,8 +127,13 @@ def load_class(classpath: str, where: str = "") -> Any:
     return obj
 
 
-def load_processor(classpath: str, options: dict[str, Any] | None = None, where: str = "") -> Any:
-    """An instance of the processor class at ``classpath``, built with ``options`` as keywords."""
+def load_processor(
+    classpath: str,
+    options: dict[str, Any] | None = None,
+    where: str = "",
+    kind: str = "reward processor",
+) -> Any:
+    """An instance of the ``kind`` class at ``classpath``, built with ``options`` as keywords."""
     cls = load_class(classpath, where)
     try:
         instance = cls(**(options or {}))
@@ -136,5 +141,5 @@ def load_processor(classpath: str, options: dict[str, Any] | None = None, where:
         given = ", ".join(sorted(options or {})) or "no options"
         raise RewardError(f"{where}{classpath} cannot be built with {given}: {exc}") from exc
     if not callable(getattr(instance, "process", None)):
-        raise RewardError(f"{where}{classpath} has no process() method: not a reward processor")
+        raise RewardError(f"{where}{classpath} has no process() method: not a {kind}")
     return instance

@@ -4,6 +4,8 @@ A task is a ``RolloutInput``; a processor's ``process`` (sync or async)
 returns a ``RolloutOutput`` with the trajectory's messages and a task status.
 ``trace_client`` gives the processor an OpenAI client on the task's policy and
 ``trace_tool`` wraps its tools; both record each call on ``input.trace``.
+``run_rollout`` runs one task as a stage does: within its timeout, and a
+FAILED output for whatever goes wrong in ``process``.
 """
 
 from pipeline.rollouts.client import TracedAsyncOpenAI, TracedOpenAI, trace_client
@@ -12,6 +14,7 @@ from pipeline.rollouts.protocols import (
     RolloutProcessor,
     run_rollout_processor,
 )
+from pipeline.rollouts.run import on_model, rollout_input, run_rollout
 from pipeline.rollouts.trace import ModelCall, RolloutTrace, ToolCall, trace_tool
 from pipeline.rollouts.types import ModelResource, RolloutInput, RolloutOutput, SamplingParams
 
@@ -27,6 +30,9 @@ __all__ = [
     "ToolCall",
     "TracedAsyncOpenAI",
     "TracedOpenAI",
+    "on_model",
+    "rollout_input",
+    "run_rollout",
     "run_rollout_processor",
     "trace_client",
     "trace_tool",

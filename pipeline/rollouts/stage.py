@@ -5,7 +5,8 @@ once on one event loop. An attempt gets the task with its ``model_resource`` on
 the proxy's rollout route (:mod:`pipeline.proxy.rollout_route`), so every
 model call any client of the processor makes is captured as that attempt's
 session. When ``process()`` returns (or raises, or overruns
-``sampling_params.timeout``, which bounds the whole call) the stage ends the
+``sampling_params.timeout``, which bounds the whole call:
+:func:`pipeline.rollouts.run.run_rollout`) the stage ends the
 session on the proxy: ``success`` with the rollout's metrics, else ``failed``,
 whose turns never train. A failed attempt is tried again as a fresh session,
 up to ``max_attempts``; then the task goes to the dead-letter topic with the
@@ -16,7 +17,6 @@ error. What is pure (names, decisions, task parsing) is in
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -28,12 +28,10 @@ import aiohttp
 from pipeline.backoff import RetryPolicy, retry_async
 from pipeline.errors import RolloutError
 from pipeline.proxy.rollout_route import RolloutRoute, base_url, end_url
-from pipeline.rewards.protocols import processor_name
-from pipeline.rewards.types import TaskStatus
-from pipeline.rollouts.protocols import RolloutProcessor, run_rollout_processor
+from pipeline.rollouts.protocols import RolloutProcessor
+from pipeline.rollouts.run import failed, run_rollout
 from pipeline.rollouts.tasks import Attempt, Task, attempt_input, decide, rollout_metrics_of
-from pipeline.rollouts.trace import error_text
-from pipeline.rollouts.types import RolloutInput, RolloutOutput
+from pipeline.rollouts.types import RolloutOutput
 
 log = logging.getLogger(__name__)
 
@@ -142,35 +140,6 @@ class ProxySessionEnds:
             await self._http.close()
 
 
-def failed(error: str) -> RolloutOutput:
-    return RolloutOutput(status=TaskStatus.FAILED, error=error)
-
-
-async def run_bounded(processor: RolloutProcessor, input: RolloutInput) -> RolloutOutput:
-    """``process(input)`` within ``sampling_params.timeout``; a timeout or an exception is a
-    FAILED output, so this never raises. A plain ``def`` process runs in a thread (it cannot
-    be stopped: after a timeout it runs on, and its output is dropped)."""
-    name = processor_name(processor)
-    timeout = input.sampling_params.timeout
-    if inspect.iscoroutinefunction(processor.process):
-        call = run_rollout_processor(processor, input)
-    else:
-        call = asyncio.to_thread(lambda: asyncio.run(run_rollout_processor(processor, input)))
-    deadline = asyncio.timeout(timeout)
-    try:
-        async with deadline:
-            return await call
-    except TimeoutError as exc:
-        if not deadline.expired():
-            return failed(f"{name}.process raised {error_text(exc)}")
-        return failed(f"timed out after {timeout:g} s (sampling_params.timeout)")
-    except RolloutError as exc:
-        return failed(str(exc))
-    except Exception as exc:
-        log.warning("%s.process raised %s", name, error_text(exc), exc_info=True)
-        return failed(f"{name}.process raised {error_text(exc)}")
-
-
 class RolloutStage:
     """Runs tasks, retries failed attempts, ends sessions and dead-letters what never succeeds."""
 
@@ -248,7 +217,7 @@ class RolloutStage:
         )
         url = base_url(self.plan.model_url, route)
         given = attempt_input(task, attempt, url, self.plan.model_name, self.plan.api_key)
-        out = await run_bounded(self.processor, given)
+        out = await run_rollout(self.processor, given)
         metrics = (
             rollout_metrics_of(out.rollout_metrics, out.agent_output.rollout_metrics)
             if out.ok

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 
 from pipeline.errors import RolloutError
-from pipeline.rollouts.stage import Progress, RolloutPlan, RolloutStage, run_bounded
+from pipeline.rollouts.stage import Progress, RolloutPlan, RolloutStage
 from pipeline.rollouts.tasks import (
     Attempt,
     attempt_input,
@@ -208,18 +207,3 @@ def test_an_end_the_proxy_never_took_fails_a_successful_attempt() -> None:
                          Refusing(), dead, progress)  # fmt: skip
     asyncio.run(stage.run(parsed, lambda _: None))
     assert progress.dead_lettered == 1 and "could not be ended: proxy away" in dead.letters[0][1]
-
-
-def test_a_plain_def_process_runs_in_a_thread_within_the_timeout() -> None:
-    class Blocking:
-        def process(self, input: RolloutInput) -> RolloutOutput:
-            time.sleep(float(input.rollout_extra["sleep"]))
-            return RolloutOutput(agent_output=AgentOutput(), status=TaskStatus.SUCCESS)
-
-    async def both() -> list[RolloutOutput]:
-        quick = RolloutInput.model_validate({"sleep": 0.01})
-        slow = RolloutInput.model_validate({"sleep": 1.0, "sampling_params": {"timeout": 0.1}})
-        return await asyncio.gather(run_bounded(Blocking(), quick), run_bounded(Blocking(), slow))
-
-    quick, slow = asyncio.run(both())
-    assert quick.ok and slow.error == "timed out after 0.1 s (sampling_params.timeout)"
