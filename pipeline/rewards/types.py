@@ -57,12 +57,15 @@ class Reward(_Model):
         return value
 
 
-def check_status(status: TaskStatus, error: str | None, payload: object) -> None:
-    """A FAILED output says why; a SUCCESS output carries its payload (reward, agent output)."""
+def check_status(
+    status: TaskStatus, error: str | None, payload: object, what: str = "a reward"
+) -> None:
+    """A FAILED output says why; a SUCCESS output carries its payload, ``what`` (a reward,
+    an agent output)."""
     if status is TaskStatus.FAILED and not error:
         raise ValueError("a FAILED output must set error to say why")
     if status is TaskStatus.SUCCESS and payload is None:
-        raise ValueError("a SUCCESS output must carry a reward")
+        raise ValueError(f"a SUCCESS output must carry {what}")
 
 
 class RewardInput(_Model):

@@ -143,7 +143,7 @@ class RolloutOutput(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutOutput:
-        check_status(self.status, self.error, self.agent_output)
+        check_status(self.status, self.error, self.agent_output, "an agent_output")
         return self
 
     @property
