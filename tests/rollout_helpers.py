@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
+from pipeline.testing.policy_sim import PolicySimulator
 from tests.conftest import REPO
 
 SDK = REPO / "examples" / "sdk"
@@ -72,6 +74,18 @@ def in_sdk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield SDK
     for name in [n for n in sys.modules if n == "functions" or n.startswith("functions.")]:
         del sys.modules[name]
+
+
+@pytest.fixture
+async def policy_simulator() -> AsyncIterator[tuple[PolicySimulator, str]]:
+    """The policy simulator (a test double of an OpenAI-compatible server) and its /v1 URL."""
+    sim = PolicySimulator()
+    server = TestServer(sim.app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield sim, str(server.make_url("/v1"))
+    finally:
+        await server.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,9 @@ from pipeline.rollouts.components import prepare
 from pipeline.rollouts.serve import build_rollout_app
 from pipeline.sdk import AgentOutput, RolloutInput, RolloutOutput, TaskStatus
 from pipeline.testing.policy_sim import PolicySimulator
-from tests.rollout_helpers import QUERY, TASK, in_sdk
+from tests.rollout_helpers import QUERY, TASK, in_sdk, policy_simulator
 
-__all__ = ["in_sdk"]  # a fixture
+__all__ = ["in_sdk", "policy_simulator"]  # fixtures
 
 DEMO = "functions.rollout.rollout_only.DemoRolloutProcessor"
 
@@ -70,17 +69,6 @@ class Closes:
         self.closed = True
 
 
-@pytest.fixture
-async def simulator() -> AsyncIterator[tuple[PolicySimulator, str]]:
-    sim = PolicySimulator()
-    server = TestServer(sim.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield sim, str(server.make_url("/v1"))
-    finally:
-        await server.close()
-
-
 async def serving(processor: Any, **model: str) -> TestServer:
     app = build_rollout_app(processor, concurrency=4, model=dict(model), max_body_bytes=64 * 1024)
     server = TestServer(app, host="127.0.0.1")
@@ -106,9 +94,9 @@ async def get(server: TestServer, path: str) -> tuple[int, Any]:
 
 
 async def test_the_guides_rollout_is_served_on_the_guides_task(
-    in_sdk: Path, simulator: tuple[PolicySimulator, str]
+    in_sdk: Path, policy_simulator: tuple[PolicySimulator, str]
 ) -> None:
-    sim, url = simulator
+    sim, url = policy_simulator
     server = await serving(prepare(DEMO, "rollout"), base_url=url)
     try:
         status, out = await post(server, task())
@@ -225,11 +213,11 @@ async def test_the_processor_is_closed_with_the_server() -> None:
 
 
 async def test_query_sh_posts_the_guides_task_to_the_served_port(
-    in_sdk: Path, simulator: tuple[PolicySimulator, str], tmp_path: Path
+    in_sdk: Path, policy_simulator: tuple[PolicySimulator, str], tmp_path: Path
 ) -> None:
     if shutil.which("curl") is None:
         pytest.skip("examples/rollouts/query.sh needs curl, which is not installed here")
-    sim, url = simulator
+    sim, url = policy_simulator
     server = await serving(prepare(DEMO, "rollout"), base_url=url)
     try:
         script = await asyncio.create_subprocess_exec(

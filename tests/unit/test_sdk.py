@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 
 import pipeline.rewards
@@ -36,6 +33,9 @@ from pipeline.rewards import (
 from pipeline.rollouts import RolloutInput, RolloutOutput, run_rollout_processor
 from pipeline.testing.policy_sim import PolicySimulator
 from tests.conftest import REPO
+from tests.rollout_helpers import in_sdk, policy_simulator
+
+__all__ = ["in_sdk", "policy_simulator"]  # fixtures
 
 SDK = REPO / "examples" / "sdk"
 REWARD_INPUTS = REPO / "examples" / "rewards"
@@ -61,28 +61,6 @@ ISSUE_NAMES = [
     "trace_client",
     "trace_tool",
 ]
-
-
-@pytest.fixture
-def in_examples(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Run from examples/sdk, as the guide's class paths expect; its modules are dropped after."""
-    monkeypatch.chdir(SDK)
-    monkeypatch.syspath_prepend(str(SDK))
-    yield SDK
-    for name in [n for n in sys.modules if n == "functions" or n.startswith("functions.")]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-async def policy_simulator() -> AsyncIterator[tuple[PolicySimulator, str]]:
-    """The policy simulator (a test double of an OpenAI-compatible server) and its /v1 URL."""
-    sim = PolicySimulator()
-    server = TestServer(sim.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield sim, str(server.make_url("/v1"))
-    finally:
-        await server.close()
 
 
 def seed_task(**changes: Any) -> dict[str, Any]:
@@ -157,7 +135,7 @@ def test_a_rollout_output_has_a_status_and_a_failed_one_says_why() -> None:
     assert not failed.ok and failed.agent_output.messages == []
 
 
-async def test_the_guides_basic_rollout_returns_the_task_messages(in_examples: Path) -> None:
+async def test_the_guides_basic_rollout_returns_the_task_messages(in_sdk: Path) -> None:
     processor = load_processor("functions.rollout.my_rollout.MyRolloutProcessor")
     setup_processor(processor)
     task = RolloutInput.model_validate(seed_task())
@@ -176,7 +154,7 @@ async def test_the_guides_basic_rollout_returns_the_task_messages(in_examples: P
     ],
 )
 async def test_the_demo_rollout_calls_each_kind_of_tool_through_the_policy(
-    in_examples: Path,
+    in_sdk: Path,
     policy_simulator: tuple[PolicySimulator, str],
     prompt: str,
     tool: str,
@@ -217,7 +195,7 @@ async def test_the_demo_rollout_calls_each_kind_of_tool_through_the_policy(
 
 
 async def test_the_demo_rollout_fails_when_the_policy_cannot_be_reached(
-    in_examples: Path, policy_simulator: tuple[PolicySimulator, str]
+    in_sdk: Path, policy_simulator: tuple[PolicySimulator, str]
 ) -> None:
     sim, url = policy_simulator
     sim.config.chat_fail_first = 100  # every try answers 500
@@ -233,7 +211,7 @@ async def test_the_demo_rollout_fails_when_the_policy_cannot_be_reached(
 
 
 async def test_the_guides_reward_examples_give_their_scores(
-    in_examples: Path, caplog: pytest.LogCaptureFixture
+    in_sdk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="pipeline.rewards.observe")
     demo = load_processor("functions.reward.reward.DemoRewardProcessor")
@@ -276,7 +254,7 @@ async def test_the_guides_reward_examples_give_their_scores(
     ],
 )
 def test_class_paths_load_in_the_guides_three_forms(
-    in_examples: Path, classpath: str, name: str
+    in_sdk: Path, classpath: str, name: str
 ) -> None:
     assert load_class(classpath).__name__ == name
 
@@ -301,7 +279,7 @@ def test_class_paths_load_in_the_guides_three_forms(
     ],
 )
 def test_a_bad_class_path_says_which_and_what_failed(
-    in_examples: Path, classpath: str, message: str
+    in_sdk: Path, classpath: str, message: str
 ) -> None:
     with pytest.raises(RewardError) as caught:
         load_class(classpath, where="rollout: ")

@@ -7,12 +7,10 @@ import asyncio
 import copy
 import logging
 import pickle
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
 from pipeline.errors import RolloutError
@@ -27,18 +25,9 @@ from pipeline.sdk import (
     trace_tool,
 )
 from pipeline.testing.policy_sim import PolicySimulator
+from tests.rollout_helpers import policy_simulator
 
-
-@pytest.fixture
-async def policy_simulator() -> AsyncIterator[tuple[PolicySimulator, str]]:
-    """The policy simulator (a test double of an OpenAI-compatible server) and its /v1 URL."""
-    sim = PolicySimulator()
-    server = TestServer(sim.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield sim, str(server.make_url("/v1"))
-    finally:
-        await server.close()
+__all__ = ["policy_simulator"]  # a fixture
 
 
 def task(base_url: str = "", **sampling: Any) -> RolloutInput:
