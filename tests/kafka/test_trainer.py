@@ -146,7 +146,7 @@ def test_trainer_trains_each_included_sample_once_and_pushes_weights(
         orjson.loads(r.value) for r in read_all(settings, settings.topics.policy_versions.name)
     ]
     assert [v["version"] for v in versions] == [1, 2, 3]
-    sentinels = {"reward_mean", "response_length", "entropy", "kl"}
+    sentinels = {"reward_mean", "teacher_gap", "response_length", "entropy", "kl"}
     assert all(set(v["step_metrics"]) == sentinels for v in versions)
     assert all(v["push"]["kind"] == "full" and v["push"]["bytes"] > 0 for v in versions)
     assert all(r.key == b"policy" for r in read_all(settings, settings.topics.policy_versions.name))
