@@ -13,13 +13,24 @@ import base64
 from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from pipeline.errors import EventDecodeError
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_SESSION_ID_CHARS = 256
 
+# (log-prob, token id): JSON has no tuples, so each arrives as a two-item array, which the
+# strict models would refuse as a tuple
+TopEntry = Annotated[tuple[float, int], Strict(False)]
 ExcludeReason = Literal[
     "no_next_state", "neutral_score", "no_hint", "hint_rejected", "rollout_failed"
 ]
@@ -211,7 +222,7 @@ class Sample(_Strict):
     mode: Literal["rl", "opd", "combine"]
     hint: str | None = None
     teacher_logprobs: list[float] | None = None
-    teacher_top_logprobs: list[list[tuple[float, int]]] | None = Field(
+    teacher_top_logprobs: list[list[TopEntry]] | None = Field(
         None, description="per response token, the teacher's top-K (log-prob, token id)"
     )
     policy_version: int | None = None

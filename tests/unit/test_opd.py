@@ -12,7 +12,7 @@ import pytest
 import torch
 from aiohttp.test_utils import TestServer
 
-from pipeline.events import JudgeIdentity, Paired, Sample, Turn, decode_input
+from pipeline.events import JudgeIdentity, Paired, Sample, Turn, decode_as, decode_input
 from pipeline.judge.asking import HttpJudge
 from pipeline.judge.client import JudgeClient, JudgeConfig
 from pipeline.judge.factory import judge_identity
@@ -272,6 +272,9 @@ async def test_top_k_teacher_logprobs_are_kept_per_token(tiny_tokenizer: Path) -
     assert all(
         lp < 0 and isinstance(tid, int) for p in sample.teacher_top_logprobs for lp, tid in p
     )
+    # ... survive the topic: JSON carries each (log-prob, id) as a two-item array
+    decoded = decode_as(Sample, orjson.dumps(sample.model_dump(mode="json")))
+    assert decoded.teacher_top_logprobs == sample.teacher_top_logprobs
     # ... and reach the trainer's batch at the response positions
     t = tokenize_sample(sample, PolicyTokenizer(tiny_tokenizer).tok, max_seq_len=4096)
     assert not t.teacher_misaligned and t.teacher_topk == sample.teacher_top_logprobs
