@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 _BOX = re.compile(r"\\boxed\{([^{}]*)\}")
 _SIGNED_DIGITS = re.compile(r"[+-]?\d+")
@@ -100,15 +101,7 @@ def hint_flaw(hint: str, response_text: str) -> str | None:
 
 def longest_shared_run(a: Sequence[str], b: Sequence[str]) -> int:
     """The most words in a row that ``a`` and ``b`` share."""
-    best, previous = 0, [0] * (len(b) + 1)
-    for word in a:
-        current = [0] * (len(b) + 1)
-        for j, other in enumerate(b, 1):
-            if word == other:
-                current[j] = previous[j - 1] + 1
-                best = max(best, current[j])
-        previous = current
-    return best
+    return SequenceMatcher(None, a, b, autojunk=False).find_longest_match().size
 
 
 def select_hint(votes_with_hints: Sequence[tuple[int | None, str | None]]) -> str | None:

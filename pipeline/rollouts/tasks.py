@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-from pydantic import ValidationError
-
 from pipeline.errors import RolloutError
 from pipeline.events import MAX_SESSION_ID_CHARS
+from pipeline.rollouts.run import rollout_input
 from pipeline.rollouts.types import ModelResource, RolloutInput
 
 # room in a session id for "rollout:", ":{index}:{attempt}"
@@ -80,13 +78,6 @@ def decide(succeeded: bool, attempt: int, max_attempts: int) -> Decision:
     return "retry" if attempt < max_attempts else "dead_letter"
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-        for err in exc.errors(include_url=False)
-    )
-
-
 def task_id_of(task: RolloutInput, default: str) -> str:
     """``rollout_extra.task_id`` (a string or an integer), else ``default``."""
     given = task.rollout_extra.get("task_id")
@@ -99,16 +90,7 @@ def task_id_of(task: RolloutInput, default: str) -> str:
 
 def parse_task(line: bytes, source: str, default_id: str) -> Task:
     """One task line; RolloutError says where and what is wrong."""
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise RolloutError(f"{source}: not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RolloutError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    try:
-        task = RolloutInput.model_validate(data)
-    except ValidationError as exc:
-        raise RolloutError(f"{source}: not a RolloutInput: {_problems(exc)}") from exc
+    task = rollout_input(line, source)
     task_id = task_id_of(task, default_id)
     if len(task_id) > MAX_TASK_ID_CHARS:
         raise RolloutError(
