@@ -44,6 +44,17 @@ def setup_distributed() -> str:
     return device
 
 
+def close_distributed() -> None:
+    """End the process group once every rank is done: left to the interpreter's exit,
+    gloo's threads can outlive it and abort the process ("terminate called without an
+    active exception"), turning a finished run into exit status -6."""
+    if not torch.distributed.is_initialized():
+        return
+    if torch.distributed.get_world_size() > 1:
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
 def build_model(config: TrainerConfig, vocab_size: int) -> torch.nn.Module:
     """The policy: a local HF checkpoint, or a tiny random Qwen2-style model."""
     from transformers import AutoModelForCausalLM, Qwen2Config

@@ -39,7 +39,7 @@ def run_trainer(
     ledger_log: Path | None = None,
     span: TopicRange | None = None,
 ) -> TrainerState:
-    from pipeline.training.engine import PolicyEngine
+    from pipeline.training.engine import PolicyEngine, close_distributed
 
     REQUESTS.install()  # again, for callers that did not install them early
     tokenizer = load_tokenizer(config)
@@ -47,4 +47,6 @@ def run_trainer(
     trainer = Trainer(settings, config, engine, tokenizer, ledger_log=ledger_log, span=span)
 
     trainer.requests = REQUESTS
-    return trainer.run(until_end=until_end)
+    state = trainer.run(until_end=until_end)
+    close_distributed()  # only after a clean end: a failed rank must not wait for the rest
+    return state
