@@ -157,6 +157,16 @@ class SessionEnd(_Event):
         description="a successful rollout's own metrics (RolloutOutput.rollout_metrics); "
         "each of the session's samples carries them in reward_metrics as rollout/<name>",
     )
+    ground_truth: Any = Field(
+        None,
+        description="a successful rollout's task ground truth: set on each of its turns for "
+        "the reward processors (never shown to the judge)",
+    )
+    agent_messages: list[dict[str, Any]] | None = Field(
+        None,
+        description="a successful rollout's AgentOutput messages: its last turn is scored on "
+        "them by the reward processors, with no next state needed",
+    )
 
 
 InputEvent = Annotated[Turn | Message | SessionEnd, Field(discriminator="type")]
@@ -182,6 +192,14 @@ class Paired(_Strict):
     )
     rollout_metrics: dict[str, float] = Field(
         default_factory=dict, description="the rollout's metrics, from its session's end"
+    )
+    rollout_final: bool = Field(
+        False,
+        description="the last turn of a successful rollout: reward processors score the whole "
+        "rollout on it (rollout_messages, the turn's ground_truth), with or without a next state",
+    )
+    rollout_messages: list[dict[str, Any]] | None = Field(
+        None, description="the rollout's AgentOutput messages, on its final turn"
     )
 
     @property

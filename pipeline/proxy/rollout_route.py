@@ -123,10 +123,13 @@ class EndRequest:
     succeeded: bool
     rollout_metrics: dict[str, float]
     error: str | None
+    ground_truth: Any = None  # the task's, for the reward processors
+    messages: list[dict[str, Any]] | None = None  # the rollout's AgentOutput messages
 
 
 def parse_end(body: Any) -> EndRequest:
-    """``{"status": "success"|"failed", "rollout_metrics": {...}, "error": "..."}``."""
+    """``{"status": "success"|"failed", "rollout_metrics": {...}, "error": "...",
+    "ground_truth": any, "messages": [{"role": ...}, ...]}``."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with status success or failed")
     status = body.get("status")
@@ -138,5 +141,19 @@ def parse_end(body: Any) -> EndRequest:
         for k, v in raw.items()
     ):
         raise BadRequest("rollout_metrics must be an object of names to numbers")
+    metrics = {k: float(v) for k, v in raw.items()}
+    messages = _messages(body.get("messages"))
     error = body.get("error")
-    return EndRequest(status == "success", {k: float(v) for k, v in raw.items()}, error)
+    return EndRequest(status == "success", metrics, error, body.get("ground_truth"), messages)
+
+
+def _messages(raw: Any) -> list[dict[str, Any]] | None:
+    """The rollout's messages: absent, or a list of objects that each name a string role."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest(f"messages must be a list of message objects, got {type(raw).__name__}")
+    for index, message in enumerate(raw):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(f"messages[{index}] must be an object with a string role")
+    return raw

@@ -95,6 +95,7 @@ class ProxyState:
     started: float = field(default_factory=time.time)
     turns: int = 0
     not_recorded: dict[str, int] = field(default_factory=dict)
+    rollout_calls: dict[str, int] = field(default_factory=dict)  # in flight, per session
     link: LinkStatus | None = None  # None: no link (the sink alone says how Kafka is)
 
     @property
@@ -209,6 +210,22 @@ async def _serve_chat(request: web.Request, route: RolloutRoute | None) -> web.S
         return parsed
     body, meta = parsed
     _warn_once(state, meta)
+    if not meta.rollout:
+        return await _forward(state, request, body, meta)
+    calls = state.rollout_calls  # a rollout's calls in flight count towards its max_turns
+    calls[meta.session_id] = calls.get(meta.session_id, 0) + 1
+    try:
+        return await _forward(state, request, body, meta)
+    finally:
+        calls[meta.session_id] -= 1
+        if not calls[meta.session_id]:
+            del calls[meta.session_id]
+
+
+async def _forward(
+    state: ProxyState, request: web.Request, body: dict[str, Any], meta: RequestMeta
+) -> web.StreamResponse:
+    """The request to the upstream, its answer relayed and its turn recorded."""
     forward = upstream_body(body, state.config.logprobs, state.config.token_ids)
     stream = bool(body.get("stream"))
     assert state.http is not None
@@ -267,13 +284,13 @@ async def _read_chat_request(
         return openai_error(400, str(exc))
     if route is None:
         return body, meta
-    recorded = state.counters.peek(meta.session_id)
+    recorded = state.counters.peek(meta.session_id) + state.rollout_calls.get(meta.session_id, 0)
     if recorded >= route.max_turns:
         metrics.REQUESTS.labels("max_turns", "-").inc()
         return openai_error(
             400,
-            f"rollout session {meta.session_id!r} has made {recorded} model call(s), its "
-            f"max_turns ({route.max_turns}): this call is refused and not forwarded",
+            f"rollout session {meta.session_id!r} has {recorded} model call(s) made or in "
+            f"flight, its max_turns ({route.max_turns}): this call is refused and not forwarded",
             "max_turns_exceeded",
         )
     return body, replace(meta, rollout=True, done=False)  # the rollout stage ends it
@@ -292,6 +309,8 @@ async def end_rollout(request: web.Request) -> web.Response:
             ts=time.time(),
             reason="client" if end.succeeded else "rollout_failed",
             rollout_metrics=end.rollout_metrics,
+            ground_truth=end.ground_truth if end.succeeded else None,
+            agent_messages=end.messages if end.succeeded else None,
         )
     except (orjson.JSONDecodeError, BadRequest, ValueError) as exc:
         return openai_error(400, f"cannot end rollout session {session!r}: {exc}")

@@ -166,12 +166,17 @@ def response_text(input: RewardInput) -> str:
 def reward_input_from_paired(paired: Paired, ground_truth: Any = None) -> RewardInput:
     """The reward input of a paired turn: its prompt and response, its next state, its ids.
 
-    The ground truth is ``ground_truth`` if given, else the turn's own.
+    The ground truth is ``ground_truth`` if given, else the turn's own. The final turn
+    of a rollout stands for the whole rollout: its ``agent_output`` holds the
+    rollout's own messages (when its processor returned any), and ``response`` is
+    left out so the judged output is their last assistant message.
     """
     turn = paired.turn
     messages = [m.model_dump(exclude_none=True) for m in turn.messages]
+    said = [*messages, assistant_message(turn.response)]
+    whole = paired.rollout_final and paired.rollout_messages is not None
     return RewardInput(
-        agent_output=AgentOutput(messages=[*messages, assistant_message(turn.response)]),
+        agent_output=AgentOutput(messages=paired.rollout_messages if whole else said),
         ground_truth=turn.ground_truth if ground_truth is None else ground_truth,
         request_metadata={
             "sample_id": paired.sample_id,
@@ -180,7 +185,8 @@ def reward_input_from_paired(paired: Paired, ground_truth: Any = None) -> Reward
             "policy_version": turn.policy_version,
             "attempt": paired.attempt,
             "group_id": turn.group_id,
+            **({"rollout_final": True} if paired.rollout_final else {}),
         },
-        response=turn.response,
+        response=None if whole else turn.response,  # a whole rollout: its last assistant message
         next_state=paired.next_state,
     )

@@ -85,12 +85,40 @@ class Progress:
         }
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended, as its session's end tells the pairing stage."""
+
+    succeeded: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    ground_truth: Any = None  # the task's: on every turn, for the reward processors
+    messages: list[dict[str, Any]] | None = None  # the AgentOutput's: the whole rollout
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "status": "success" if self.succeeded else "failed",
+            "rollout_metrics": self.metrics,
+            "error": self.error,
+        }
+        if self.succeeded:
+            out.update(ground_truth=self.ground_truth, messages=self.messages)
+        return out
+
+
+def ending_of(task: Task, out: RolloutOutput) -> Ending:
+    """The end of an attempt whose processor gave ``out``."""
+    if not out.ok:
+        return Ending(False, error=out.error)
+    metrics = rollout_metrics_of(out.rollout_metrics, out.agent_output.rollout_metrics)
+    messages = list(out.agent_output.messages) or None
+    return Ending(True, metrics, None, task.input.ground_truth, messages)
+
+
 class SessionEnds(Protocol):
     """Ends an attempt's session on the proxy (:class:`ProxySessionEnds`)."""
 
-    async def end(
-        self, session_id: str, succeeded: bool, metrics: dict[str, float], error: str | None
-    ) -> None: ...
+    async def end(self, session_id: str, ending: Ending) -> None: ...
 
 
 class DeadLetterSink(Protocol):
@@ -107,14 +135,8 @@ class ProxySessionEnds:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http: aiohttp.ClientSession | None = None
 
-    async def end(
-        self, session_id: str, succeeded: bool, metrics: dict[str, float], error: str | None
-    ) -> None:
-        body = {
-            "status": "success" if succeeded else "failed",
-            "rollout_metrics": metrics,
-            "error": error,
-        }
+    async def end(self, session_id: str, ending: Ending) -> None:
+        body = ending.body()
         url = end_url(self.model_url, session_id)
 
         async def post(_attempt: int) -> None:
@@ -218,13 +240,8 @@ class RolloutStage:
         url = base_url(self.plan.model_url, route)
         given = attempt_input(task, attempt, url, self.plan.model_name, self.plan.api_key)
         out = await run_rollout(self.processor, given)
-        metrics = (
-            rollout_metrics_of(out.rollout_metrics, out.agent_output.rollout_metrics)
-            if out.ok
-            else {}
-        )
         try:
-            await self.ends.end(attempt.session_id, out.ok, metrics, out.error)
+            await self.ends.end(attempt.session_id, ending_of(task, out))
         except RolloutError as exc:
             log.error("%s", exc)
             return failed(f"its session could not be ended: {exc}") if out.ok else out

@@ -19,6 +19,15 @@ again. A member re-read after a restart joins its group again, once.
 
 A grouped turn is scored by the group processor whether or not it has a next
 state: group rewards compare outputs with each other and with the ground truth.
+
+An output is one turn, or one rollout: the turns of a rollout attempt (from
+``turnstream rollout run``, whose group size counts rollouts) are one output of
+their group, complete once its final turn is here (the pairing stage sends a
+rollout's turns together, the final last). The group processor sees each
+rollout once, as its final turn's input (the whole rollout's messages and the
+task's ground truth), and every turn of the rollout takes the rollout's score
+and place in the group. A group of N rollouts of T turns waits with N × T
+records in the window.
 """
 
 from __future__ import annotations
@@ -42,13 +51,36 @@ from pipeline.scoring.scorers import ScorerKind
 log = logging.getLogger(__name__)
 
 
+def unit_of(paired: Paired) -> str:
+    """What one of a group's outputs is: a rollout (every turn of its session), else a turn."""
+    return paired.turn.session_id if paired.turn.rollout else paired.sample_id
+
+
 @dataclass
 class _Group:
     key: str
-    expected: int | None
+    expected: int | None  # outputs: turns, or rollouts
     started: float
     members: dict[str, tuple[Paired, asyncio.Future[Sample]]] = field(default_factory=dict)
+    units: dict[str, list[str]] = field(default_factory=dict)  # output -> its members' ids
+    finished: set[str] = field(default_factory=set)  # outputs whose every member is here
     timer: asyncio.Task[None] | None = None
+
+    def add(self, paired: Paired, future: asyncio.Future[Sample]) -> None:
+        self.members[paired.sample_id] = (paired, future)
+        unit = unit_of(paired)
+        self.units.setdefault(unit, []).append(paired.sample_id)
+        if not paired.turn.rollout or paired.rollout_final:  # a rollout ends with its final
+            self.finished.add(unit)
+
+    def outputs(self) -> list[tuple[Paired, list[tuple[Paired, asyncio.Future[Sample]]]]]:
+        """Each output's scored pair (a rollout's final, else its latest) and its members."""
+        out = []
+        for ids in self.units.values():
+            members = [self.members[i] for i in ids]
+            final = next((p for p, _ in members if p.rollout_final), members[-1][0])
+            out.append((final, members))
+        return out
 
 
 @dataclass
@@ -115,9 +147,9 @@ class GroupScorer:
             self.stats.rejoined += 1
             return await asyncio.shield(held[1])
         future: asyncio.Future[Sample] = asyncio.get_running_loop().create_future()
-        group.members[paired.sample_id] = (paired, future)
+        group.add(paired, future)
         metrics.GROUP_MEMBERS_WAITING.set(self.waiting)
-        if group.expected is not None and len(group.members) >= group.expected:
+        if group.expected is not None and len(group.finished) >= group.expected:
             self._close(group, complete=True)
         elif group.timer is None:
             group.timer = asyncio.ensure_future(self._expire(group))
@@ -150,34 +182,30 @@ class GroupScorer:
         task.add_done_callback(self._scoring.discard)
 
     async def _score(self, group: _Group, complete: bool) -> None:
+        units = group.outputs()
         members = list(group.members.values())
         started = self.clock()
         try:
             outputs = await score_group(
-                self.processor,
-                [reward_input_from_paired(p) for p, _ in members],
-                group.key,
+                self.processor, [reward_input_from_paired(p) for p, _ in units], group.key
             )
         except Exception as exc:  # a processor bug: each member fails with it, nothing hangs
-            for _, future in members:
-                if not future.done():
-                    future.set_exception(exc)
+            _fail(members, exc)
             return
         judge_s = self.clock() - started
         failed = next((o for o in outputs if not o.ok), None)
         if failed is not None:  # score_group fails every member together
             self.stats.failed += 1
             metrics.GROUPS.labels("failed").inc()
-            for _, future in members:
-                if not future.done():
-                    future.set_exception(JudgeUnavailable(f"group reward FAILED: {failed.error}"))
+            _fail(members, JudgeUnavailable(f"group reward FAILED: {failed.error}"))
             return
         scores = [o.score for o in outputs]
-        for index, ((paired, future), out) in enumerate(zip(members, outputs, strict=True)):
-            if not future.done():
-                future.set_result(
-                    self._sample(paired, out, scores, index, len(members), complete, judge_s)
-                )
+        for index, ((_, of_unit), out) in enumerate(zip(units, outputs, strict=True)):
+            for paired, future in of_unit:  # every turn of a rollout takes the rollout's score
+                if not future.done():
+                    future.set_result(
+                        self._sample(paired, out, scores, index, len(units), complete, judge_s)
+                    )
 
     def _sample(
         self,
@@ -209,3 +237,9 @@ class GroupScorer:
                 "group_index": index,
             }
         )
+
+
+def _fail(members: list[tuple[Paired, asyncio.Future[Sample]]], exc: Exception) -> None:
+    for _, future in members:
+        if not future.done():
+            future.set_exception(exc)

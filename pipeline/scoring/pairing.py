@@ -20,7 +20,10 @@ session_id, so a session's events arrive in order on one partition):
   them with the end's ``rollout_metrics``; ``rollout_failed`` (or an idle
   timeout: the rollout stage never said it succeeded) emits them marked
   ``exclude_reason: rollout_failed``, so no sample trains from a failed
-  attempt. The held pairs are bounded by the rollout's ``max_turns``.
+  attempt. The held pairs are bounded by the rollout's ``max_turns``. A
+  successful end's task ground truth goes onto each of its turns, and its last
+  pair is marked ``rollout_final`` with the rollout's messages: reward
+  processors score the whole rollout on it, next state or not.
 """
 
 from __future__ import annotations
@@ -158,12 +161,24 @@ def _end_rollout(st: SessionState, last: list[Paired], end: SessionEnd) -> Step:
     """A rollout session's held pairs (and its last turn's): trained with the rollout's
     metrics when it succeeded, excluded as ``rollout_failed`` when it failed or went idle."""
     pairs = [Paired.model_validate(p) for p in st.held] + last
-    if end.reason == "client":
-        update: dict[str, Any] = {"rollout_metrics": dict(end.rollout_metrics)}
-        outcome: Outcome = "rollout_ended"
-    else:
-        update, outcome = {"exclude_reason": "rollout_failed"}, "rollout_failed"
-    return Step(None, [p.model_copy(update=update) for p in pairs], outcome)
+    if end.reason != "client":
+        failed = [p.model_copy(update={"exclude_reason": "rollout_failed"}) for p in pairs]
+        return Step(None, failed, "rollout_failed")
+    update: dict[str, Any] = {"rollout_metrics": dict(end.rollout_metrics)}
+    done = [_with_ground_truth(p.model_copy(update=update), end.ground_truth) for p in pairs]
+    if done:
+        final = {"rollout_final": True, "rollout_messages": end.agent_messages}
+        done[-1] = done[-1].model_copy(update=final)
+    return Step(None, done, "rollout_ended")
+
+
+def _with_ground_truth(pair: Paired, ground_truth: Any) -> Paired:
+    """``pair`` with the rollout task's ground truth on its turn (a turn's own is kept)."""
+    if ground_truth is None or pair.turn.ground_truth is not None:
+        return pair
+    return pair.model_copy(
+        update={"turn": pair.turn.model_copy(update={"ground_truth": ground_truth})}
+    )
 
 
 def _on_turn(st: SessionState, turn: Turn, now: float) -> Step:

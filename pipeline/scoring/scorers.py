@@ -13,7 +13,9 @@ With reward processors the reward SDK's rules hold: FAILED is a transient
 failure and goes to ``samples.retry`` like an unreachable judge
 (``turnstream retry`` re-queues it, then dead-letters it after its attempts);
 any SUCCESS score, 0 included, is a training signal (loss mask 1). A turn with
-no next state is not scored and stays excluded (``no_next_state``).
+no next state is not scored and stays excluded (``no_next_state``), except a
+successful rollout's final turn: the processors score the whole rollout on it
+(its messages and the task's ground truth), as the reward SDK's rollouts are.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ async def score_with_processor(
     paired: Paired, processor: RewardProcessor, identity: JudgeIdentity
 ) -> Sample:
     """The sample of ``paired`` scored by ``processor``; raises JudgeUnavailable on FAILED."""
-    if paired.next_state is None:
+    if paired.next_state is None and not paired.rollout_final:
         return build_sample(paired, identity, "rl", None, None, 0.0)
     started = time.monotonic()
     out = await run_processor(processor, reward_input_from_paired(paired))

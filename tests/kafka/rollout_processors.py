@@ -5,7 +5,10 @@
 (``trace_client`` and ``trace_tool``: the policy asks for a tool, its result
 goes back to the policy), ``fail`` (a model call, then FAILED), ``slow`` (a
 model call, then longer than the task's timeout), ``greedy`` (model calls until
-the proxy refuses one: max_turns).
+the proxy refuses one: max_turns), ``burst`` (five model calls at once: those past
+max_turns are refused even while the others are in flight), ``answer`` (as chat, its
+AgentOutput ending with ``answer {index}``, the rollout's final answer for a reward).
+:class:`FinalAnswer` is a group reward on whole rollouts.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import openai
 
 from pipeline.sdk import (
     AgentOutput,
+    GroupReward,
+    GroupRewardInput,
+    GroupRewardOutput,
+    Reward,
     RolloutInput,
     RolloutOutput,
     TaskStatus,
@@ -73,6 +80,8 @@ class ScriptedRollouts:
         messages = list(input.messages)
         if kind == "tool":
             return await self._tool(input, messages)
+        if kind == "burst":
+            return await self._burst(input, messages)
         async with _client(input) as client:
             messages.append({"role": "assistant", "content": await _ask(client, input, messages)})
             if kind == "fail":
@@ -87,6 +96,9 @@ class ScriptedRollouts:
             messages.append({"role": "user", "content": FOLLOW_UP})  # the last call streams
             answer = await _ask(client, input, messages, stream=True)
             messages.append({"role": "assistant", "content": answer})
+        if kind == "answer":
+            index = str(input.request_metadata["rollout_id"]).rsplit(":", 1)[1]  # type: ignore[index]
+            messages.append({"role": "assistant", "content": f"answer {index}"})
         return RolloutOutput(
             agent_output=AgentOutput(messages=messages, rollout_metrics={"calls": 2.0}),
             status=TaskStatus.SUCCESS,
@@ -104,3 +116,35 @@ class ScriptedRollouts:
             second = await client.chat.completions.create(messages=messages, tools=[SEARCH_TOOL])
             messages.append(second.choices[0].message.model_dump(exclude_none=True))
         return RolloutOutput(agent_output=AgentOutput(messages=messages), status=TaskStatus.SUCCESS)
+
+    async def _burst(self, input: RolloutInput, messages: list[dict[str, Any]]) -> RolloutOutput:
+        async with _client(input) as client:
+            got = await asyncio.gather(
+                *(_ask(client, input, messages) for _ in range(5)), return_exceptions=True
+            )
+        refused = [g for g in got if isinstance(g, openai.BadRequestError)]
+        served = [g for g in got if isinstance(g, str)]
+        assert len(refused) + len(served) == len(got), got
+        metrics = {"served": float(len(served)), "refused": float(len(refused))}
+        return RolloutOutput(
+            agent_output=AgentOutput(messages=messages, rollout_metrics=metrics),
+            status=TaskStatus.SUCCESS,
+        )
+
+
+class FinalAnswer:
+    """A group reward on whole rollouts: 1.0 for a rollout whose last message is the task's
+    ground truth, else 0.0; ``messages`` counts each rollout's messages."""
+
+    def setup(self) -> None:
+        pass
+
+    def process(self, input: GroupRewardInput) -> GroupRewardOutput:
+        rewards = [
+            Reward(
+                reward_score=float(o.messages[-1].get("content") == input.ground_truth),
+                reward_metrics={"messages": float(len(o.messages))},
+            )
+            for o in input.agent_outputs
+        ]
+        return GroupRewardOutput(reward=GroupReward(rewards=rewards), status=TaskStatus.SUCCESS)

@@ -12,6 +12,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from pipeline.events import DeadLetter, Sample, SessionEnd, Turn, decode_as, decode_input
 from pipeline.settings import Settings
 from pipeline.topics import admin
+from pipeline.training.batch import sample_reward
 from tests.kafka.helpers import read_all, spawn, turnstream
 from tests.kafka.rollout_processors import FOLLOW_UP, SEARCH_RESULT
 from tests.kafka.test_proxy import start_proxy, start_sim, stop
@@ -28,8 +30,10 @@ PROCESSOR = "tests.kafka.rollout_processors:ScriptedRollouts"
 WORKER_FLAGS = ["--judge", "rules", "--web-port", "0", "--loglevel", "info"]
 
 
-@pytest.fixture
-def stack(settings: Settings, cli_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def running_stack(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path, worker_env: dict[str, str]
+) -> Iterator[str]:
     """The policy simulator, the proxy in front of it and a scoring worker; the proxy's URL."""
     admin.apply(settings)
     sim, sim_proc = start_sim(tmp_path)
@@ -37,13 +41,20 @@ def stack(settings: Settings, cli_env: dict[str, str], tmp_path: Path) -> Iterat
     worker = spawn(
         ["pipeline.cli", "worker", *WORKER_FLAGS, "--data-dir", str(tmp_path / "w")],
         tmp_path / "worker.log",
-        cli_env,
+        {**cli_env, **worker_env},
     )
     try:
         yield proxy
     finally:
         for proc in (worker, proxy_proc, sim_proc):
             stop(proc)
+
+
+@pytest.fixture
+def stack(settings: Settings, cli_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """The stack with the rules judge; the proxy's URL."""
+    with running_stack(settings, cli_env, tmp_path, {}) as proxy:
+        yield proxy
 
 
 def task(task_id: str, kind: str, **sampling: Any) -> dict[str, Any]:
@@ -172,7 +183,7 @@ def test_failed_attempts_are_retried_then_dead_lettered_and_never_train(
     )
     assert letters["fails"].source == f"{path}:1"
     assert "timed out after 2 s (sampling_params.timeout)" in letters["slow"].error
-    assert "has made 3 model call(s), its max_turns (3)" in letters["greedy"].error
+    assert "has 3 model call(s) made or in flight, its max_turns (3)" in letters["greedy"].error
 
     samples = samples_when_all_scored(settings)
     events = input_events(settings)
@@ -190,3 +201,48 @@ def test_failed_attempts_are_retried_then_dead_lettered_and_never_train(
     assert samples["rollout:fine:0:1:0"].loss_mask == 1
     trainable = {s.session_id for s in samples.values() if s.loss_mask}
     assert trainable == {"rollout:fine:0:1"}
+
+
+def test_calls_in_flight_count_towards_max_turns(
+    settings: Settings, cli_env: dict[str, str], stack: str, tmp_path: Path
+) -> None:
+    done = run_tasks(cli_env, stack, tmp_path / "t.jsonl", [task("burst", "burst", max_turns=3)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = samples_when_all_scored(settings)
+    assert len(samples) == 3  # five calls at once: three served and recorded, two refused
+    assert {s.reward_metrics["rollout/refused"] for s in samples.values()} == {2.0}
+
+
+def test_a_group_of_rollouts_is_scored_on_whole_rollouts_with_the_ground_truth(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Group reward → group advantage: each rollout once, on its AgentOutput and the task's
+    ground truth; every turn of a rollout takes its rollout's score and place in the group."""
+    rewards = tmp_path / "rewards.yaml"
+    rewards.write_text(
+        "group:\n  classpath: tests.kafka.rollout_processors:FinalAnswer\n"
+        "  name: final\n  timeout_s: 60\n"
+    )
+    env = {"TURNSTREAM_SCORING_REWARDS": str(rewards)}
+    given = {**task("q", "answer"), "ground_truth": "answer 1"}
+    with running_stack(settings, cli_env, tmp_path, env) as proxy:
+        done = run_tasks(cli_env, proxy, tmp_path / "t.jsonl", [given], "--n", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+        samples = samples_when_all_scored(settings)
+    assert len(samples) == 6  # three rollouts of two turns, the last without a next state
+    [scores] = {tuple(s.group_scores or ()) for s in samples.values()}  # one group
+    assert sorted(scores) == [0.0, 0.0, 1.0]
+    places = {(s.session_id, s.group_index) for s in samples.values()}
+    assert len(places) == 3 and len({i for _, i in places}) == 3  # a place per rollout
+    for sample in samples.values():
+        rollout = int(sample.session_id.split(":")[2])
+        assert sample.loss_mask == 1 and sample.exclude_reason is None
+        assert sample.score == (1.0 if rollout == 1 else 0.0)
+        assert scores[sample.group_index] == sample.score  # type: ignore[index]
+        # the rollout's messages: its two prompts, two answers and its final answer
+        assert sample.reward_metrics["final/messages"] == 5.0
+        assert sample.reward_metrics["final/members"] == 3.0
+    advantages = {
+        s.session_id: sample_reward(s, "mean") for s in samples.values() if s.turn_index == 0
+    }
+    assert sorted(advantages.values()) == pytest.approx([-1 / 3, -1 / 3, 2 / 3])

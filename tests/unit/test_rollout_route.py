@@ -62,3 +62,14 @@ def test_an_end_says_success_or_failed_with_numeric_metrics() -> None:
                 {"status": "success", "rollout_metrics": {"x": True}}]:  # fmt: skip
         with pytest.raises(BadRequest):
             parse_end(bad)
+
+
+def test_an_end_carries_the_tasks_ground_truth_and_the_rollouts_messages() -> None:
+    said = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    end = parse_end({"status": "success", "ground_truth": {"answer": "4"}, "messages": said})
+    assert end.ground_truth == {"answer": "4"} and end.messages == said
+    assert parse_end({"status": "success"}).messages is None
+    for messages, where in [({"role": "user"}, "a list"), ([said[0], "4"], "messages\\[1\\]"),
+                            ([{"content": "no role"}], "messages\\[0\\]")]:  # fmt: skip
+        with pytest.raises(BadRequest, match=where):
+            parse_end({"status": "success", "messages": messages})

@@ -9,9 +9,10 @@ import orjson
 import pytest
 
 from pipeline.errors import RolloutError
-from pipeline.rollouts.stage import Progress, RolloutPlan, RolloutStage
+from pipeline.rollouts.stage import Ending, Progress, RolloutPlan, RolloutStage, ending_of
 from pipeline.rollouts.tasks import (
     Attempt,
+    Task,
     attempt_input,
     decide,
     parse_tasks,
@@ -123,11 +124,11 @@ class Scripted:
 class Ends:
     def __init__(self) -> None:
         self.ended: list[tuple[str, bool, dict[str, float], str | None]] = []
+        self.endings: dict[str, Ending] = {}
 
-    async def end(
-        self, session_id: str, ok: bool, metrics: dict[str, float], error: str | None
-    ) -> None:
-        self.ended.append((session_id, ok, metrics, error))
+    async def end(self, session_id: str, ending: Ending) -> None:
+        self.ended.append((session_id, ending.succeeded, ending.metrics, ending.error))
+        self.endings[session_id] = ending
 
 
 class Dead:
@@ -196,9 +197,7 @@ def test_concurrency_bounds_the_attempts_at_once_and_progress_is_reported() -> N
 
 def test_an_end_the_proxy_never_took_fails_a_successful_attempt() -> None:
     class Refusing(Ends):
-        async def end(
-            self, session_id: str, ok: bool, metrics: dict[str, float], error: str | None
-        ) -> None:
+        async def end(self, session_id: str, ending: Ending) -> None:
             raise RolloutError("proxy away")
 
     parsed = parse_tasks(lines({**TASK, "task_id": "a"}), "f", "f")
@@ -207,3 +206,25 @@ def test_an_end_the_proxy_never_took_fails_a_successful_attempt() -> None:
                          Refusing(), dead, progress)  # fmt: skip
     asyncio.run(stage.run(parsed, lambda _: None))
     assert progress.dead_lettered == 1 and "could not be ended: proxy away" in dead.letters[0][1]
+
+
+def test_a_success_ends_with_the_tasks_ground_truth_and_the_rollouts_messages() -> None:
+    task = parse_tasks(lines({**TASK, "task_id": "a", "ground_truth": {"answer": 42}}), "f", "f")[0]
+    said = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "42"}]
+    out = RolloutOutput(
+        agent_output=AgentOutput(messages=said, rollout_metrics={"turns": 1.0}),
+        status=TaskStatus.SUCCESS,
+    )
+    ending = ending_of(task, out)
+    assert ending == Ending(True, {"turns": 1.0}, None, {"answer": 42}, said)
+    assert ending.body() == {
+        "status": "success",
+        "rollout_metrics": {"turns": 1.0},
+        "error": None,
+        "ground_truth": {"answer": 42},
+        "messages": said,
+    }
+    failed = ending_of(task, RolloutOutput(status=TaskStatus.FAILED, error="no luck"))
+    assert failed.body() == {"status": "failed", "rollout_metrics": {}, "error": "no luck"}
+    empty = ending_of(task, RolloutOutput(agent_output=AgentOutput(), status=TaskStatus.SUCCESS))
+    assert isinstance(task, Task) and empty.messages is None  # the last turn's own messages
