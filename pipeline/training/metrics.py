@@ -25,6 +25,7 @@ STEP_FIELDS = (
     "reward_mean",
     "response_length",
     "tokens_per_s",
+    "samples_per_s",
     "train_rollout_logprob_abs_diff",
     "staleness",
     "policy_version",
