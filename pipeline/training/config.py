@@ -173,7 +173,7 @@ class TrainerConfig:
     metrics_host: str = opt("127.0.0.1", "listen address of /metrics (0.0.0.0 for every interface)")
     metrics_port: int = opt(0, "Prometheus /metrics port on metrics_host (0 = off)")
     tensorboard_dir: str | None = opt(
-        None, "also write TensorBoard scalars here (needs the tensorboard package)"
+        None, "write every metric as TensorBoard scalars here (train/*, perf/*, time/*, version/*)"
     )
     max_steps: int | None = opt(None, "stop after this many optimizer steps")
 

@@ -174,6 +174,7 @@ class StepMetrics:
     tis_clipfrac: float = 0.0
     topk_kl: float = 0.0
     teacher_gap: float = 0.0  # opd/combine: mean teacher - old (unclipped) over taught tokens
+    samples_per_s: float = 0.0  # the step's samples (every rank's) over its time, as tokens_per_s
 
 
 SUMMED = (
@@ -288,20 +289,24 @@ class PolicyEngine:
             summed = torch.tensor([sums[k] for k in sums], dtype=torch.float64)
             torch.distributed.all_reduce(summed)
             sums = dict(zip(sums, summed.tolist(), strict=True))
-        return self._metrics(batches, olds, sums, tokens, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return self._metrics(batches, olds, sums, (tokens, samples), elapsed)
 
     def _metrics(
         self,
         batches: list[MicroBatch],
         olds: list[torch.Tensor],
         sums: dict[str, float],
-        tokens: int,
+        totals: tuple[int, int],
         elapsed: float,
     ) -> StepMetrics:
+        """The step's figures; ``totals``: its (tokens, samples) over every rank."""
         diffs = [rollout_abs_diff(mb, old) for mb, old in zip(batches, olds, strict=True)]
         known = [d for d in diffs if d is not None]
         rewards = torch.cat([mb.rewards for mb in batches])
         lengths = torch.cat([mb.response_mask.sum(-1) for mb in batches])
+        tokens, samples = totals
+        rate = 1 / elapsed if elapsed > 0 else 0.0
         return StepMetrics(
             step=self.steps,
             samples=sum(len(mb.sample_ids) for mb in batches),
@@ -314,13 +319,14 @@ class PolicyEngine:
             reward_mean=float(rewards.mean()),
             response_length=float(lengths.float().mean()),
             tokens=tokens,
-            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+            tokens_per_s=tokens * rate,
             train_rollout_logprob_abs_diff=sum(known) / len(known) if known else None,
             rollout_kl=sums["rollout_kl"],
             tis_weight_mean=sums["tis_weight_mean"],
             tis_clipfrac=sums["tis_clipfrac"],
             topk_kl=sums["topk_kl"],
             teacher_gap=sums["teacher_gap"],
+            samples_per_s=samples * rate,
         )
 
     def _train_logprobs(

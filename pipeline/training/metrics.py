@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ STEP_FIELDS = (
     "reward_mean",
     "response_length",
     "tokens_per_s",
+    "samples_per_s",
     "train_rollout_logprob_abs_diff",
     "staleness",
     "policy_version",
@@ -41,6 +43,7 @@ SENTINEL_HELP = {
     "kl": "KL of the policy to its initial weights over the last step's response tokens, "
     "before its update (kl_kind; measured while monitor_kl is on, penalised with kl_coef)",
 }
+SENTINELS = tuple(SENTINEL_HELP)  # what a version carries on policy.versions (PolicyVersion)
 GAUGES = {
     name: Gauge(
         f"turnstream_trainer_{name}", SENTINEL_HELP.get(name, f"trainer {name} of the last step")
@@ -63,8 +66,37 @@ TEACHER_MISALIGNED = Counter(
 )
 
 
+PERF = frozenset({"tokens", "tokens_per_s", "samples", "samples_per_s"})
+GROUPS = {"time_s": "time", "skipped": "skipped", "push": "push"}  # a row's nested figures
+
+
+def tensorboard_scalars(row: dict[str, Any]) -> list[tuple[str, float, int]]:
+    """(tag, value, step) of every finite number in a metrics row: ``train/<name>``,
+    ``perf/<name>``, ``time/<part>_s``, ``skipped/<reason>`` and ``push/bytes`` at its
+    ``step``; at a weight push also ``version/<sentinel>`` at the version it made."""
+    step = row["step"]
+    out: list[tuple[str, float, int]] = []
+    for name, value in row.items():
+        if name in GROUPS and isinstance(value, dict):
+            group = GROUPS[name]
+            suffix = "_s" if group == "time" else ""
+            out += [(f"{group}/{k}{suffix}", v, step) for k, v in value.items() if _finite(v)]
+        elif name != "step" and _finite(value):
+            out.append((f"{'perf' if name in PERF else 'train'}/{name}", value, step))
+    if row.get("pushed"):
+        version = row["policy_version"]
+        out += [(f"version/{n}", row[n], version) for n in SENTINELS if _finite(row.get(n))]
+    return out
+
+
+def _finite(value: Any) -> bool:
+    """A number TensorBoard can plot (not a flag, None, a NaN or an infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class MetricsSink:
-    """Where each step's metrics go."""
+    """Where each step's metrics go: Prometheus gauges, the JSONL log, TensorBoard's
+    event files (flushed each step, so a running ``tensorboard`` shows it live)."""
 
     def __init__(
         self,
@@ -101,8 +133,6 @@ class MetricsSink:
             value = row.get(name)
             if isinstance(value, (int, float)):
                 GAUGES[name].set(value)
-                if self.writer is not None:
-                    self.writer.add_scalar(f"train/{name}", value, row["step"])
         for reason, total in row.get("skipped", {}).items():
             SKIPPED.labels(reason).inc(total - self._skipped.get(reason, 0))
             self._skipped[reason] = total
@@ -110,3 +140,13 @@ class MetricsSink:
             self.jsonl.parent.mkdir(parents=True, exist_ok=True)
             with open(self.jsonl, "ab") as fh:
                 fh.write(orjson.dumps(row) + b"\n")
+        if self.writer is not None:
+            for tag, value, step in tensorboard_scalars(row):
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard event file (the process is ending)."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

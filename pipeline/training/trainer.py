@@ -29,7 +29,7 @@ from pipeline.training.batch import TokenizedSample, micro_batches, step_baselin
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag
 from pipeline.training.config import TrainerConfig
 from pipeline.training.intake import Intake
-from pipeline.training.metrics import WEIGHT_PUSH_FAILURES, MetricsSink
+from pipeline.training.metrics import SENTINELS, WEIGHT_PUSH_FAILURES, MetricsSink
 from pipeline.training.outbox import Outbox
 from pipeline.training.retention import prune_weight_versions
 from pipeline.training.signals import Requests
@@ -116,6 +116,7 @@ class Trainer:
             return self._lead(until_end, poll_ms)
         finally:
             self._broadcast({"kind": "stop"})
+            self.sink.close()
 
     def _lead(self, until_end: bool, poll_ms: int) -> TrainerState:
         self.source.open()
@@ -318,9 +319,6 @@ class Trainer:
 
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-
-
-SENTINELS = ("reward_mean", "teacher_gap", "response_length", "entropy", "kl")
 
 
 def _sentinels(metrics: Any) -> dict[str, float]:

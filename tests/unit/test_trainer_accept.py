@@ -9,8 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
-from kafka.future import Future
+from kafka.errors import MessageSizeTooLargeError
 
 from pipeline.backoff import RetryPolicy
 from pipeline.deadletters import DeadLetters
@@ -23,6 +22,7 @@ from pipeline.training.engine import StepMetrics
 from pipeline.training.intake import Intake, Ledger
 from pipeline.training.outbox import Outbox
 from pipeline.training.trainer import Trainer
+from tests.broker_doubles import FlakyConsumer, OutageProducer
 
 
 def sample(i: int, version: int = 0, mask: int = 1) -> Sample:
@@ -121,22 +121,6 @@ def test_a_zero_score_with_loss_mask_1_is_trained() -> None:
     assert [p.sample.sample_id for p in t.pending] == ["s:1"] and not t.skipped
 
 
-class FlakyConsumer:
-    """Refuses ``failures`` commits the way kafka-python does while the broker is down."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.committed: list[dict] = []
-
-    def commit(self, offsets: dict, timeout_ms: int | None = None) -> None:
-        from kafka.errors import KafkaConnectionError
-
-        if self.failures:
-            self.failures -= 1
-            raise KafkaConnectionError("111 ECONNREFUSED")
-        self.committed.append(offsets)
-
-
 NO_WAIT = RetryPolicy(None, initial_delay_s=0.0, max_delay_s=0.0)  # an outage's tries, at once
 
 
@@ -182,34 +166,6 @@ class FakeEngine:
 
     def load_checkpoint(self, load_dir: str) -> tuple[str, dict]:
         return load_dir, copy.deepcopy(self.saved)
-
-
-class OutageProducer:
-    """Completes futures at flush: the first ``failures`` the way kafka-python expires
-    a batch after delivery_timeout_ms while the broker is down, the rest delivered."""
-
-    def __init__(self, failures: int = 0, error: Exception | None = None) -> None:
-        self.failures = failures
-        self.error = error or KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed")
-        self.sends = 0
-        self.delivered: list[tuple[str, bytes | None, bytes]] = []
-        self._in_flight: list[tuple[Future, tuple[str, bytes | None, bytes]]] = []
-
-    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> Future:
-        self.sends += 1
-        future = Future()
-        self._in_flight.append((future, (topic, key, value)))
-        return future
-
-    def flush(self, timeout: float | None = None) -> None:
-        for future, record in self._in_flight:
-            if self.failures:
-                self.failures -= 1
-                future.failure(self.error)
-            else:
-                self.delivered.append(record)
-                future.success(None)
-        self._in_flight = []
 
 
 def tokenized_trainer(
