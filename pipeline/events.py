@@ -243,6 +243,12 @@ class Sample(_Strict):
     teacher_top_logprobs: list[list[TopEntry]] | None = Field(
         None, description="per response token, the teacher's top-K (log-prob, token id)"
     )
+    teacher_neutral_logprobs: list[float] | None = Field(
+        None,
+        description="the teacher's log-probs of the response with a neutral line in the "
+        "hint's place (teacher_contrast): the trainer's OPD advantage is then "
+        "teacher_logprobs - these, the hint's own effect",
+    )
     policy_version: int | None = None
     judge: JudgeIdentity
     timings: dict[str, float] = Field(default_factory=dict)

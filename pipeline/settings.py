@@ -156,6 +156,12 @@ class ScoringSettings(EnvThenFile):
         "combine work with any judge, the rules judge included",
     )
     teacher_top_k: int = Field(0, ge=0, description="top-K teacher log-probs (0 = off)")
+    teacher_contrast: bool = Field(
+        False,
+        description="also ask the teacher with a neutral line in the hint's place; the "
+        "trainer then takes hinted - neutral as the OPD advantage instead of hinted - old, "
+        "so what any appended text does to a small teacher's log-probs cancels out",
+    )
     vote_mode: Literal["fixed", "early_stop"] = "fixed"
     m: int = Field(3, ge=1, description="eval votes per turn")
     hint_m: int = Field(1, ge=1, description="hint votes per turn (opd, combine)")

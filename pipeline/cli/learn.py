@@ -33,6 +33,10 @@ TEACHER_HELP = (
     "own: a fixed target) or policy (the served policy itself, hinted: it moves with "
     "every push)"
 )
+TEACHER_CONTRAST_HELP = (
+    "opd/combine: also ask the teacher with a neutral line in the hint's place and train "
+    "on hinted - neutral (the hint's own effect) instead of hinted - old"
+)
 TEACHER_TOP_K_HELP = (
     "opd/combine: the teacher's top-K log-probs per token, and the trainer's reverse KL to "
     "them (topk_distill_coef 1.0); 0: off"
@@ -68,6 +72,7 @@ def learn(
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
     teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
+    teacher_contrast: bool = typer.Option(DEFAULTS.teacher_contrast, help=TEACHER_CONTRAST_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(
         DEFAULTS.max_words, help="the users want the right answer in at most N words"
@@ -109,6 +114,7 @@ def learn(
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
+        teacher_contrast=teacher_contrast,
         max_tokens=max_tokens, max_words=max_words, temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
         control=control, control_sessions=control_sessions, micro_batch_size=micro_batch_size,

@@ -111,7 +111,7 @@ def _teacher(settings: Settings, judge: JudgeClient | None) -> Teacher | None:
         return None
     if s.policy_tokenizer is None:  # the settings refuse this; a hand-built object may not
         raise ConfigError(f"mode {s.mode} needs TURNSTREAM_SCORING_POLICY_TOKENIZER")
-    return Teacher(client, PolicyTokenizer(s.policy_tokenizer), s.teacher_top_k)
+    return Teacher(client, PolicyTokenizer(s.policy_tokenizer), s.teacher_top_k, s.teacher_contrast)
 
 
 def _chat_renderer(tokenizer_path: Any) -> Callable[[Sequence[dict[str, Any]]], str] | None:

@@ -50,6 +50,9 @@ class LearnOptions:
     baseline: str | None = None
     teacher: str = "initial"  # opd/combine: one of TEACHERS
     teacher_top_k: int = 0  # opd/combine: top-K teacher log-probs and their distillation
+    # opd/combine: train on hinted - neutral (the teacher also asked with a neutral line in
+    # the hint's place) instead of hinted - old
+    teacher_contrast: bool = False
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
     max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
@@ -91,6 +94,10 @@ class LearnOptions:
             raise ConfigError(
                 f"teacher (--teacher) {self.teacher!r}: choose initial (the weights before "
                 "learning, hinted, on a server of its own) or policy (the served policy, hinted)"
+            )
+        if self.teacher_contrast and self.mode == "rl":
+            raise ConfigError(
+                "teacher_contrast (--teacher-contrast) needs mode opd or combine: rl has no teacher"
             )
         if self.teacher_top_k < 0 or (self.teacher_top_k and self.mode == "rl"):
             raise ConfigError(

@@ -3,6 +3,7 @@ control, report. Everything it started is stopped on the way out, normally or on
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -155,6 +156,8 @@ class LearnRun:
         if served is not None:
             self._keep(served.proc)
             self.teacher_watch = {"teacher server": (served.proc, self.workdir / "teacher.log")}
+        if teacher is not None and o.teacher_contrast:
+            teacher = dataclasses.replace(teacher, contrast=True)
         return teacher
 
     def _teacher_words(self) -> str:

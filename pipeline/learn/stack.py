@@ -110,12 +110,14 @@ class TeacherServer:
     url: str
     tokenizer: Path
     top_k: int = 0
+    contrast: bool = False  # also asked with a neutral line: hinted - neutral trains
 
     def env(self) -> dict[str, str]:
         return {
             "TURNSTREAM_SCORING_TEACHER_URLS": self.url,
             "TURNSTREAM_SCORING_POLICY_TOKENIZER": str(self.tokenizer),
             "TURNSTREAM_SCORING_TEACHER_TOP_K": str(self.top_k),
+            "TURNSTREAM_SCORING_TEACHER_CONTRAST": str(self.contrast).lower(),
         }
 
 

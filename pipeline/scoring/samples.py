@@ -49,6 +49,7 @@ def build_sample(
         hint=hi.hint if hi else None,
         teacher_logprobs=teacher.logprobs if teacher else None,
         teacher_top_logprobs=teacher.top_logprobs if teacher else None,
+        teacher_neutral_logprobs=teacher.neutral_logprobs if teacher else None,
         policy_version=turn.policy_version,
         group_id=turn.group_id,
         judge=identity,

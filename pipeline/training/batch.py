@@ -38,6 +38,8 @@ class TokenizedSample:
     policy_version: int | None
     teacher_topk: TopK | None = None  # per response token: the teacher's top-K (log-prob, id)
     teacher_misaligned: bool = False  # it had teacher log-probs that did not cover its tokens
+    # teacher_logprobs is hinted - neutral (teacher_contrast): the OPD advantage itself
+    teacher_is_gap: bool = False
 
     @property
     def length(self) -> int:
@@ -78,6 +80,7 @@ def tokenize_sample(
     )
     rollout = align_rollout(sample.response_logprobs, response_ids, end_of_turn_id(tokenizer))
     teacher, topk = teacher_signal(sample, len(response_ids), _vocab_size(tokenizer))
+    teacher, is_gap = contrasted(teacher, sample.teacher_neutral_logprobs)
     misaligned = sample.teacher_logprobs is not None and teacher is None
     keep = max(1, max_seq_len - 1)
     response_ids = response_ids[:keep]
@@ -92,7 +95,20 @@ def tokenize_sample(
         sample.policy_version,
         topk[:keep] if topk is not None else None,
         misaligned,
+        is_gap,
     )
+
+
+def contrasted(
+    teacher: list[float] | None, neutral: list[float] | None
+) -> tuple[list[float] | None, bool]:
+    """(hinted - neutral, True) when the sample has neutral log-probs for the same tokens;
+    (teacher, False) without them; (None, False) when they cover other tokens (no signal)."""
+    if teacher is None or neutral is None:
+        return teacher, False
+    if len(neutral) != len(teacher):
+        return None, False
+    return [t - n for t, n in zip(teacher, neutral, strict=True)], True
 
 
 def teacher_signal(
@@ -134,6 +150,15 @@ class MicroBatch:
     teacher_topk_ids: torch.Tensor | None = None  # [B, L-1, K] long
     teacher_topk_logprobs: torch.Tensor | None = None  # [B, L-1, K]
     has_teacher_topk: torch.Tensor | None = None  # [B] bool
+    teacher_is_gap: torch.Tensor | None = None  # [B] bool: teacher_logprobs is hinted - neutral
+
+    def teacher_for(self, old: torch.Tensor) -> torch.Tensor:
+        """The teacher log-probs to take ``old`` from: where a row holds hinted - neutral,
+        that plus ``old``, so teacher - old is the hint's own effect."""
+        if self.teacher_is_gap is None or not bool(self.teacher_is_gap.any()):
+            return self.teacher_logprobs
+        rows = self.teacher_is_gap[:, None]
+        return torch.where(rows, self.teacher_logprobs + old.detach(), self.teacher_logprobs)
 
     @property
     def tokens(self) -> int:
@@ -176,6 +201,7 @@ def collate(samples: Sequence[TokenizedSample], pad_id: int) -> MicroBatch:
         topk_ids,
         topk_logprobs,
         has_topk,
+        torch.tensor([s.teacher_is_gap for s in samples]),
     )
 
 

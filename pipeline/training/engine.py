@@ -353,7 +353,7 @@ class PolicyEngine:
         mask = mb.response_mask
         logp, logits = self._train_logprobs(mb, hidden)
         adv = losses.sample_advantages(
-            c.mode, mb.rewards, mb.teacher_logprobs, mb.has_teacher, old, mask, c.w_opd,
+            c.mode, mb.rewards, mb.teacher_for(old), mb.has_teacher, old, mask, c.w_opd,
             c.w_rl, c.teacher_adv_clip, c.teacher_baseline == "mean",
         )  # fmt: skip
         stats = losses.policy_loss(
@@ -411,7 +411,7 @@ class PolicyEngine:
             topk = losses.topk_distill_loss(logits, ids, top, topk_mask, c.loss_agg)
         if c.mode != "rl":
             taught = mask * mb.has_teacher.to(mask.dtype)[:, None]
-            gap = losses.aggregate((mb.teacher_logprobs - old).detach(), taught, c.loss_agg)
+            gap = losses.aggregate((mb.teacher_for(old) - old).detach(), taught, c.loss_agg)
         return kl, topk, gap
 
     def parameters_snapshot(self) -> list[torch.Tensor]:
