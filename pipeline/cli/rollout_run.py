@@ -23,6 +23,10 @@ PROCESSOR_HELP = (
     "the rollout processor class: package.module:Class, package.module.Class or "
     "path/to/file.py:Class"
 )
+RUN_ID_HELP = (
+    "names this run's sessions, rollout:RUN:TASK:INDEX:ATTEMPT (1 to 24 letters, digits, "
+    "'.', '_', '-'; default: 8 random hex digits, new each time the command starts)"
+)
 MODEL_URL_HELP = (
     "the capture proxy's OpenAI base URL, e.g. http://127.0.0.1:30000/v1: each attempt's "
     "model_resource.base_url becomes its rollout route there"
@@ -83,12 +87,15 @@ def run(
     progress_every_s: float = typer.Option(
         5.0, "--progress-every", min=0.1, help="seconds between progress lines"
     ),
+    run_id: str = typer.Option(None, "--run-id", help=RUN_ID_HELP),
 ) -> None:
     """Run each task of a file N times (one group) through a rollout processor.
 
     Every model call of an attempt goes through the capture proxy's rollout
-    route, so it is captured as the attempt's session (rollout:TASK:INDEX:ATTEMPT)
-    with the task's group id and size N. When process() returns the session is
+    route, so it is captured as the attempt's session
+    (rollout:RUN:TASK:INDEX:ATTEMPT) with the task's group id (rollout:RUN:TASK)
+    and size N; RUN, the run id, is new each time the command starts (--run-id),
+    so running a file again is new sessions. When process() returns the session is
     ended: a SUCCESS trains, with its rollout_metrics on the samples; FAILED, an
     exception or a timeout (sampling_params.timeout) ends it as failed (its turns
     never train) and the rollout is tried again as a fresh session, up to
@@ -97,21 +104,22 @@ def run(
     1 when some were dead-lettered.
     """
     from pipeline.rollouts.stage import RolloutPlan
-    from pipeline.rollouts.tasks import read_tasks
+    from pipeline.rollouts.tasks import check_run_id, new_run_id, read_tasks
 
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        run = check_run_id(run_id) if run_id is not None else new_run_id()
         read = read_tasks(tasks)
     except RolloutError as exc:
         fail(2, str(exc))
     built = _processor(processor)
-    plan = RolloutPlan(model_url, model_name, api_key, n, concurrency, max_attempts)
+    plan = RolloutPlan(model_url, model_name, api_key, n, concurrency, max_attempts, run)
     _say(
-        f"{len(read)} task(s) x {n} through {model_url}, {concurrency} at once, "
+        f"run {run}: {len(read)} task(s) x {n} through {model_url}, {concurrency} at once, "
         f"up to {max_attempts} attempt(s) each"
     )
     progress = asyncio.run(_run(built, read, plan, progress_every_s))
     _say(progress.line())
-    typer.echo(orjson.dumps(progress.summary()).decode())
+    typer.echo(orjson.dumps({"run_id": run, **progress.summary()}).decode())
     if progress.dead_lettered:
         fail(1, f"{progress.dead_lettered} of {len(read)} task(s) dead-lettered")
