@@ -5,13 +5,16 @@
 (``trace_client`` and ``trace_tool``: the policy asks for a tool, its result
 goes back to the policy), ``fail`` (a model call, then FAILED), ``slow`` (a
 model call, then longer than the task's timeout), ``greedy`` (model calls until
-the proxy refuses one: max_turns).
+the proxy refuses one: max_turns), ``pause`` (``rollout_extra.pause_s`` asleep, then as
+``chat``), ``hang_once`` (the first time: a model call, then the attempt's run id written
+to the file ``rollout_extra.marker`` and asleep until killed; after that, as ``chat``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -73,8 +76,15 @@ class ScriptedRollouts:
         messages = list(input.messages)
         if kind == "tool":
             return await self._tool(input, messages)
+        if kind == "pause":
+            await asyncio.sleep(float(input.rollout_extra["pause_s"]))
+        marker = Path(input.rollout_extra.get("marker", "-"))
+        hang = kind == "hang_once" and not marker.exists()
         async with _client(input) as client:
             messages.append({"role": "assistant", "content": await _ask(client, input, messages)})
+            if hang:  # a worker killed mid-task: its session has a turn and never ends
+                marker.write_text(str(input.request_metadata["run_id"]))  # type: ignore[index]
+                await asyncio.sleep(3600)
             if kind == "fail":
                 return RolloutOutput(status=TaskStatus.FAILED, error="the tool broke")
             if kind == "slow":
