@@ -1,4 +1,5 @@
-"""aiokafka clients for the bulk paths: replay, produce FILE and reads of a range.
+"""aiokafka clients for the bulk paths: replay, produce FILE and reads of a range; and the
+consumer group of ``rollout run --topic`` (:func:`group_consumer`).
 
 kafka-python checks and builds every record batch in Python (about 4,000
 records/s on two cores); aiokafka does it in C and takes whole batches from the
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import AuthenticationFailedError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -106,6 +107,26 @@ async def range_consumer(
         # a small range's start
         retry_backoff_ms=RETRY_BACKOFF_MS,
     )
+    async with _started(consumer, settings):
+        yield consumer
+
+
+@asynccontextmanager
+async def group_consumer(
+    settings: Settings, group_id: str, topic: str, listener: ConsumerRebalanceListener
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A consumer in ``group_id`` subscribed to ``topic``: the group's members share its
+    partitions, ``listener`` hears of each rebalance, and offsets are committed only when
+    told to (a partition the group never committed starts at its log start). A member that
+    stops heartbeating (killed) loses its partitions after aiokafka's session timeout (10 s);
+    one that stops polling for max_poll_interval (5 min) leaves the group."""
+    consumer = AIOKafkaConsumer(
+        **aiokafka_config(settings),
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    consumer.subscribe([topic], listener=listener)
     async with _started(consumer, settings):
         yield consumer
 

@@ -46,7 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # group -> its commands that live in modules of their own: command -> (module, function).
 # A group named here and not in COMMANDS is made of these alone.
 GROUP_COMMANDS: dict[str, dict[str, tuple[str, str]]] = {
-    "rollout": {"run": ("pipeline.cli.rollout_run", "run")},
+    "rollout": {
+        "run": ("pipeline.cli.rollout_run", "run"),
+        "submit": ("pipeline.cli.rollout_run", "submit"),
+    },
 }
 
 

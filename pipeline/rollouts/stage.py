@@ -30,7 +30,14 @@ from pipeline.errors import RolloutError
 from pipeline.proxy.rollout_route import RolloutRoute, base_url, end_url
 from pipeline.rollouts.protocols import RolloutProcessor
 from pipeline.rollouts.run import failed, run_rollout
-from pipeline.rollouts.tasks import Attempt, Task, attempt_input, decide, rollout_metrics_of
+from pipeline.rollouts.tasks import (
+    Attempt,
+    Task,
+    attempt_input,
+    decide,
+    new_run_id,
+    rollout_metrics_of,
+)
 from pipeline.rollouts.types import RolloutOutput
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,7 @@ class RolloutPlan:
     n: int = 1
     concurrency: int = 4
     max_attempts: int = 3
+    run_id: str = field(default_factory=new_run_id)  # names every attempt's session
 
 
 @dataclass
@@ -192,12 +200,13 @@ class RolloutStage:
 
         ticker = asyncio.ensure_future(tick())
         try:
-            await asyncio.gather(*(self._task(task) for task in tasks))
+            await asyncio.gather(*(self.run_task(task) for task in tasks))
         finally:
             ticker.cancel()
         return self.progress
 
-    async def _task(self, task: Task) -> None:
+    async def run_task(self, task: Task) -> None:
+        """Every rollout of ``task`` to its end: succeeded, or its task dead-lettered."""
         results = await asyncio.gather(
             *(self._rollout(task, index) for index in range(self.plan.n))
         )
@@ -208,7 +217,7 @@ class RolloutStage:
 
     async def _rollout(self, task: Task, index: int) -> bool:
         """One rollout of ``task``, tried until it succeeds or its tries are spent."""
-        attempt = Attempt(task.task_id, index, 1)
+        attempt = Attempt(task.run_id or self.plan.run_id, task.task_id, index, 1)
         while True:
             async with self._slots:
                 out = await self._attempt(task, attempt)

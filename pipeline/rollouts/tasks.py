@@ -5,18 +5,23 @@ A task file holds one ``RolloutInput`` a line (unknown fields kept in
 rollouts is tried up to ``max_attempts`` times, every attempt a fresh session
 on the capture proxy's rollout route:
 
+- run id: one per ``rollout run`` process (``--run-id``, else :func:`new_run_id`), so
+  a task file run again, or a task taken again from ``rollout.tasks``, is new sessions;
 - task id: ``rollout_extra.task_id`` if the task has one, else ``{file stem}-{line}``;
-- group id: ``rollout:{task_id}``, group size ``n``;
-- session id: ``rollout:{task_id}:{index}:{attempt}`` (index from 0, attempt from 1).
+- group id: ``rollout:{run_id}:{task_id}``, group size ``n``;
+- session id: ``rollout:{run_id}:{task_id}:{index}:{attempt}`` (index from 0, attempt
+  from 1).
 
 The task a processor sees has ``model_resource`` pointed at the rollout route
 (see :mod:`pipeline.proxy.rollout_route`), and ``request_metadata`` with
-``rollout_id`` (``{task_id}:{index}``) and ``attempt_id`` (the attempt).
+``run_id``, ``rollout_id`` (``{task_id}:{index}``) and ``attempt_id`` (the attempt).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,37 +31,60 @@ from pipeline.events import MAX_SESSION_ID_CHARS
 from pipeline.rollouts.run import rollout_input
 from pipeline.rollouts.types import ModelResource, RolloutInput
 
-# room in a session id for "rollout:", ":{index}:{attempt}"
-MAX_TASK_ID_CHARS = MAX_SESSION_ID_CHARS - 32
+# a run id as given: letters, digits, ".", "_", "-" (":" separates a session id's parts)
+RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,24}")
+# room in a session id for a run id as used: one given, or one with ".{k}" after it (a task
+# taken again by one process: pipeline.rollouts.feed)
+MAX_RUN_ID_CHARS = 32
+# room in a session id for "rollout:", "{run_id}:", ":{index}:{attempt}"
+MAX_TASK_ID_CHARS = MAX_SESSION_ID_CHARS - 32 - (MAX_RUN_ID_CHARS + 1)
 
 Decision = Literal["done", "retry", "dead_letter"]
 
 
+def new_run_id() -> str:
+    """A fresh run id: 8 random hex digits."""
+    return secrets.token_hex(4)
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it can name a run; RolloutError says what one may hold."""
+    if not RUN_ID.fullmatch(run_id):
+        raise RolloutError(
+            f"run id {run_id!r}: 1 to 24 letters, digits, '.', '_' or '-' (it is part of "
+            "every session id)"
+        )
+    return run_id
+
+
 @dataclass(frozen=True)
 class Task:
-    """One line of a task file: its id, the task, where it came from and its bytes."""
+    """One task: its id, the task, where it came from (file:line, topic:partition@offset)
+    and its bytes; ``run_id`` names its sessions instead of the stage's run when given."""
 
     task_id: str
     input: RolloutInput
-    source: str  # file:line
+    source: str
     raw: bytes
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One try at one rollout of a task."""
+    """One try at one rollout of a task in one run."""
 
+    run_id: str
     task_id: str
     index: int  # which of the task's n rollouts, from 0
     attempt: int  # from 1
 
     @property
     def session_id(self) -> str:
-        return f"rollout:{self.task_id}:{self.index}:{self.attempt}"
+        return f"{self.group_id}:{self.index}:{self.attempt}"
 
     @property
     def group_id(self) -> str:
-        return group_id(self.task_id)
+        return group_id(self.run_id, self.task_id)
 
     @property
     def rollout_id(self) -> str:
@@ -64,11 +92,11 @@ class Attempt:
 
     def again(self) -> Attempt:
         """The next try at the same rollout: a fresh session."""
-        return Attempt(self.task_id, self.index, self.attempt + 1)
+        return Attempt(self.run_id, self.task_id, self.index, self.attempt + 1)
 
 
-def group_id(task_id: str) -> str:
-    return f"rollout:{task_id}"
+def group_id(run_id: str, task_id: str) -> str:
+    return f"rollout:{run_id}:{task_id}"
 
 
 def decide(succeeded: bool, attempt: int, max_attempts: int) -> Decision:
@@ -149,6 +177,7 @@ def attempt_input(
     )
     metadata: dict[str, Any] = {
         **(task.input.request_metadata or {}),
+        "run_id": attempt.run_id,
         "rollout_id": attempt.rollout_id,
         "attempt_id": str(attempt.attempt),
     }

@@ -19,6 +19,7 @@ REQUIRED_TOPICS = (
     "samples.retry",
     "pipeline.deadletter",
     "policy.versions",
+    "rollout.tasks",
 )
 
 
@@ -78,6 +79,10 @@ class Topics:
     @property
     def policy_versions(self) -> TopicSpec:
         return self["policy.versions"]
+
+    @property
+    def rollout_tasks(self) -> TopicSpec:
+        return self["rollout.tasks"]
 
 
 def _topic_spec(source: Path, logical: str, raw: Any, prefix: str) -> TopicSpec:

@@ -7,14 +7,18 @@ goes back to the policy), ``fail`` (a model call, then FAILED), ``slow`` (a
 model call, then longer than the task's timeout), ``greedy`` (model calls until
 the proxy refuses one: max_turns), ``burst`` (five model calls at once: those past
 max_turns are refused even while the others are in flight), ``answer`` (as chat, its
-AgentOutput ending with ``answer {index}``, the rollout's final answer for a reward).
-:class:`FinalAnswer` is a group reward on whole rollouts.
+AgentOutput ending with ``answer {index}``, the rollout's final answer for a reward),
+``pause`` (``rollout_extra.pause_s`` asleep, then as ``chat``), ``hang_once`` (the first
+time: a model call, then the attempt's run id written to the file ``rollout_extra.marker``
+and asleep until killed; after that, as ``chat``). :class:`FinalAnswer` is a group reward
+on whole rollouts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -82,8 +86,15 @@ class ScriptedRollouts:
             return await self._tool(input, messages)
         if kind == "burst":
             return await self._burst(input, messages)
+        if kind == "pause":
+            await asyncio.sleep(float(input.rollout_extra["pause_s"]))
+        marker = Path(input.rollout_extra.get("marker", "-"))
+        hang = kind == "hang_once" and not marker.exists()
         async with _client(input) as client:
             messages.append({"role": "assistant", "content": await _ask(client, input, messages)})
+            if hang:  # a worker killed mid-task: its session has a turn and never ends
+                marker.write_text(str(input.request_metadata["run_id"]))  # type: ignore[index]
+                await asyncio.sleep(3600)
             if kind == "fail":
                 return RolloutOutput(status=TaskStatus.FAILED, error="the tool broke")
             if kind == "slow":

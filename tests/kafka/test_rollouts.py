@@ -109,16 +109,17 @@ def test_tasks_run_n_times_as_groups_are_captured_and_train_with_their_metrics(
     done = run_tasks(cli_env, stack, tmp_path / "tasks.jsonl", tasks, "--n", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
+    run = summary["run_id"]
     assert summary | {"seconds": 0} == {
-        "tasks": 3, "done": 3, "dead_lettered": 0, "rollouts": 6, "attempts": 6, "retried": 0,
-        "seconds": 0,
+        "run_id": run, "tasks": 3, "done": 3, "dead_lettered": 0, "rollouts": 6, "attempts": 6,
+        "retried": 0, "seconds": 0,
     }  # fmt: skip
-    assert "rollouts/s" in done.stderr
+    assert done.stderr.startswith(f"run {run}: 3 task(s) x 2") and "rollouts/s" in done.stderr
 
     samples = samples_when_all_scored(settings)
     events = input_events(settings)
     turns = by_session(events, Turn)
-    assert set(turns) == {f"rollout:{t}:{i}:1" for t in "abt" for i in (0, 1)}
+    assert set(turns) == {f"rollout:{run}:{t}:{i}:1" for t in "abt" for i in (0, 1)}
     for session, got in turns.items():
         group = session.rsplit(":", 2)[0]
         assert [t.turn_index for t in got] == [0, 1]
@@ -133,16 +134,17 @@ def test_tasks_run_n_times_as_groups_are_captured_and_train_with_their_metrics(
         kinds = [type(decode_input(r.value)) for r in sorted(mine, key=lambda r: r.offset)]
         assert kinds == [Turn, Turn, SessionEnd] and len({r.partition for r in mine}) == 1
     assert all(e[0].reason == "client" for e in ends.values())
-    assert ends["rollout:a:0:1"][0].rollout_metrics["calls"] == 2.0
+    assert ends[f"rollout:{run}:a:0:1"][0].rollout_metrics["calls"] == 2.0
 
     for t in "ab":  # the follow-up is turn 0's next state; the metrics ride on every sample
-        first, last = samples[f"rollout:{t}:0:1:0"], samples[f"rollout:{t}:0:1:1"]
+        first = samples[f"rollout:{run}:{t}:0:1:0"]
+        last = samples[f"rollout:{run}:{t}:0:1:1"]
         assert first.next_state is not None and first.next_state.content == FOLLOW_UP
-        assert first.loss_mask == 1 and first.group_id == f"rollout:{t}"
+        assert first.loss_mask == 1 and first.group_id == f"rollout:{run}:{t}"
         words = float(len((last.response.content or "").split()))
         assert first.reward_metrics == {"rollout/calls": 2.0, "rollout/answer_words": words}
         assert last.exclude_reason == "no_next_state"
-    tool_turn = samples["rollout:t:1:1:0"]  # the tool call, paired with the tool's result
+    tool_turn = samples[f"rollout:{run}:t:1:1:0"]  # the tool call, paired with the tool's result
     assert (
         tool_turn.response.tool_calls
         and tool_turn.response.tool_calls[0]["function"]["name"] == "search"
@@ -169,17 +171,20 @@ def test_failed_attempts_are_retried_then_dead_lettered_and_never_train(
         task("fine", "chat"),
     ]
     path = tmp_path / "tasks.jsonl"
-    done = run_tasks(cli_env, stack, path, tasks, "--max-attempts", "2", "--concurrency", "8")
+    done = run_tasks(
+        cli_env, stack, path, tasks, "--max-attempts", "2", "--concurrency", "8", "--run-id", "r1"
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "3 of 4 task(s) dead-lettered" in done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["run_id"] == "r1"
     assert (summary["done"], summary["dead_lettered"], summary["retried"]) == (1, 3, 3)
 
     letters = dead_letters(settings)
     assert set(letters) == {"fails", "slow", "greedy"}
     assert all(d.stage == "rollout" for d in letters.values())
     assert letters["fails"].error.endswith(
-        "2 attempt(s) failed, the last (rollout:fails:0:2): the tool broke"
+        "2 attempt(s) failed, the last (rollout:r1:fails:0:2): the tool broke"
     )
     assert letters["fails"].source == f"{path}:1"
     assert "timed out after 2 s (sampling_params.timeout)" in letters["slow"].error
@@ -188,19 +193,19 @@ def test_failed_attempts_are_retried_then_dead_lettered_and_never_train(
     samples = samples_when_all_scored(settings)
     events = input_events(settings)
     turns, ends = by_session(events, Turn), by_session(events, SessionEnd)
-    failed = {f"rollout:{t}:0:{a}" for t in ("fails", "slow", "greedy") for a in (1, 2)}
-    assert set(turns) == failed | {"rollout:fine:0:1"}
+    failed = {f"rollout:r1:{t}:0:{a}" for t in ("fails", "slow", "greedy") for a in (1, 2)}
+    assert set(turns) == failed | {"rollout:r1:fine:0:1"}
     assert {s: [e.reason for e in ends[s]] for s in failed} == {
         s: ["rollout_failed"] for s in failed
     }
-    assert [len(turns[f"rollout:greedy:0:{a}"]) for a in (1, 2)] == [3, 3]  # the 4th refused
+    assert [len(turns[f"rollout:r1:greedy:0:{a}"]) for a in (1, 2)] == [3, 3]  # the 4th refused
     for sample in samples.values():
         if sample.session_id in failed:
             assert (sample.loss_mask, sample.exclude_reason) == (0, "rollout_failed")
             assert sample.judge_calls == 0
-    assert samples["rollout:fine:0:1:0"].loss_mask == 1
+    assert samples["rollout:r1:fine:0:1:0"].loss_mask == 1
     trainable = {s.session_id for s in samples.values() if s.loss_mask}
-    assert trainable == {"rollout:fine:0:1"}
+    assert trainable == {"rollout:r1:fine:0:1"}
 
 
 def test_calls_in_flight_count_towards_max_turns(
@@ -235,7 +240,7 @@ def test_a_group_of_rollouts_is_scored_on_whole_rollouts_with_the_ground_truth(
     places = {(s.session_id, s.group_index) for s in samples.values()}
     assert len(places) == 3 and len({i for _, i in places}) == 3  # a place per rollout
     for sample in samples.values():
-        rollout = int(sample.session_id.split(":")[2])
+        rollout = int(sample.session_id.split(":")[3])  # rollout:RUN:TASK:INDEX:ATTEMPT
         assert sample.loss_mask == 1 and sample.exclude_reason is None
         assert sample.score == (1.0 if rollout == 1 else 0.0)
         assert scores[sample.group_index] == sample.score  # type: ignore[index]

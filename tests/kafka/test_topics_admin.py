@@ -7,7 +7,7 @@ import yaml
 
 from pipeline.errors import TopicPlanError
 from pipeline.settings import Settings
-from pipeline.topics import admin
+from pipeline.topics import REQUIRED_TOPICS, admin
 from tests.conftest import REPO
 from tests.kafka.helpers import turnstream
 
@@ -62,10 +62,10 @@ def test_lowering_partitions_is_refused_and_changes_nothing(
 def test_cli_plan_apply_and_second_apply(cli_env: dict[str, str]) -> None:
     plan = turnstream("topics", "plan", env=cli_env)
     assert plan.returncode == 0, plan.stderr
-    assert plan.stdout.count("create with") == 6
+    assert plan.stdout.count("create with") == len(REQUIRED_TOPICS)
     first = turnstream("topics", "apply", env=cli_env)
     assert first.returncode == 0, first.stderr
-    assert "applied 6 change(s)" in first.stdout
+    assert f"applied {len(REQUIRED_TOPICS)} change(s)" in first.stdout
     second = turnstream("topics", "apply", env=cli_env)
     assert second.returncode == 0
     assert "nothing changed" in second.stdout

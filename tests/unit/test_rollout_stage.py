@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 
 from pipeline.errors import RolloutError
+from pipeline.events import MAX_GROUP_SIZE, MAX_SESSION_ID_CHARS
 from pipeline.rollouts.stage import Ending, Progress, RolloutPlan, RolloutStage, ending_of
 from pipeline.rollouts.tasks import (
+    MAX_RUN_ID_CHARS,
+    MAX_TASK_ID_CHARS,
     Attempt,
     Task,
     attempt_input,
+    check_run_id,
     decide,
+    new_run_id,
     parse_tasks,
     read_tasks,
     rollout_metrics_of,
@@ -62,14 +68,15 @@ def test_every_bad_line_is_named_at_once(tmp_path: Path) -> None:
         read_tasks(tmp_path / "missing.jsonl")
 
 
-def test_attempts_are_fresh_sessions_of_one_group() -> None:
-    first = Attempt("t1", 1, 1)
+def test_attempts_are_fresh_sessions_of_one_group_of_their_run() -> None:
+    first = Attempt("r1", "t1", 1, 1)
     assert (first.session_id, first.group_id, first.rollout_id) == (
-        "rollout:t1:1:1",
-        "rollout:t1",
+        "rollout:r1:t1:1:1",
+        "rollout:r1:t1",
         "t1:1",
     )
-    assert first.again().session_id == "rollout:t1:1:2"
+    assert first.again().session_id == "rollout:r1:t1:1:2"
+    assert Attempt("r2", "t1", 1, 1).session_id != first.session_id  # a run again: new ones
     assert [decide(True, 1, 3), decide(False, 1, 3), decide(False, 2, 3), decide(False, 3, 3)] == [
         "done", "retry", "retry", "dead_letter"
     ]  # fmt: skip
@@ -79,15 +86,18 @@ def test_attempts_are_fresh_sessions_of_one_group() -> None:
 def test_an_attempt_sees_the_route_its_model_name_and_its_ids_with_an_empty_trace() -> None:
     task = parse_tasks(lines({**TASK, "request_metadata": {"job_id": "j"}}), "f", "f")[0]
     task.input.trace.start()
-    seen = attempt_input(task, Attempt("f-1", 0, 2), "http://proxy/rollouts/x/v1", "policy", "")
+    at = Attempt("r1", "f-1", 0, 2)
+    seen = attempt_input(task, at, "http://proxy/rollouts/x/v1", "policy", "")
     assert seen.model_resource.model_dump() == {
         "model_name": "policy",
         "base_url": "http://proxy/rollouts/x/v1",
         "api_key": "",
     }  # fmt: skip  (the task's key belongs to its own server and is not sent on)
-    assert seen.request_metadata == {"job_id": "j", "rollout_id": "f-1:0", "attempt_id": "2"}
+    assert seen.request_metadata == {
+        "job_id": "j", "run_id": "r1", "rollout_id": "f-1:0", "attempt_id": "2"
+    }  # fmt: skip
     assert seen.trace.start() == 0
-    kept = attempt_input(task, Attempt("f-1", 0, 1), "http://proxy/x/v1", None, "")
+    kept = attempt_input(task, Attempt("r1", "f-1", 0, 1), "http://proxy/x/v1", None, "")
     assert kept.model_resource.model_name == "theirs"
 
 
@@ -144,7 +154,7 @@ def run_stage(script: dict[str, list[str]], tasks: list[dict], n: int = 1, **pla
     proc, ends, dead = Scripted(script), Ends(), Dead()
     progress = Progress(len(parsed), n)
     stage = RolloutStage(
-        proc, RolloutPlan("http://p/v1", "policy", "", n, **plan), ends, dead, progress
+        proc, RolloutPlan("http://p/v1", "policy", "", n, run_id="r", **plan), ends, dead, progress
     )
     reports: list[str] = []
     asyncio.run(stage.run(parsed, reports.append, every_s=0.05))
@@ -163,13 +173,13 @@ def test_failures_are_retried_as_fresh_sessions_then_dead_lettered_with_the_erro
     assert (progress.attempts, progress.retried) == (7, 3)
     assert sorted(proc.calls) == ["a:0:1", "a:0:2", "a:1:1", "b:0:1", "b:0:2", "b:0:3", "b:1:1"]
     got = {s: (ok, m, e) for s, ok, m, e in ends.ended}
-    assert got["rollout:a:0:1"] == (False, {}, "no luck")
-    assert got["rollout:a:0:2"] == (True, {"m": 1.0}, None)
-    assert got["rollout:b:0:1"][2] == "Scripted.process raised ValueError: a bug"
-    assert got["rollout:b:0:2"][2] == "timed out after 0.2 s (sampling_params.timeout)"
+    assert got["rollout:r:a:0:1"] == (False, {}, "no luck")
+    assert got["rollout:r:a:0:2"] == (True, {"m": 1.0}, None)
+    assert got["rollout:r:b:0:1"][2] == "Scripted.process raised ValueError: a bug"
+    assert got["rollout:r:b:0:2"][2] == "timed out after 0.2 s (sampling_params.timeout)"
     [(stage, error, source, raw)] = dead.letters
     assert (stage, source, orjson.loads(raw)["task_id"]) == ("rollout", "f.jsonl:2", "b")
-    assert error == "task b rollout 0: 3 attempt(s) failed, the last (rollout:b:0:3): no luck"
+    assert error == "task b rollout 0: 3 attempt(s) failed, the last (rollout:r:b:0:3): no luck"
 
 
 def test_concurrency_bounds_the_attempts_at_once_and_progress_is_reported() -> None:
@@ -228,3 +238,30 @@ def test_a_success_ends_with_the_tasks_ground_truth_and_the_rollouts_messages() 
     assert failed.body() == {"status": "failed", "rollout_metrics": {}, "error": "no luck"}
     empty = ending_of(task, RolloutOutput(agent_output=AgentOutput(), status=TaskStatus.SUCCESS))
     assert isinstance(task, Task) and empty.messages is None  # the last turn's own messages
+
+
+def test_run_ids_are_fresh_checked_and_a_task_may_name_its_own() -> None:
+    assert len({new_run_id() for _ in range(50)}) == 50
+    assert all(check_run_id(new_run_id()) for _ in range(5))
+    assert check_run_id("nightly-2024.06_01") == "nightly-2024.06_01"
+    for bad in ("", "a:b", "a/b", "x" * 25):
+        with pytest.raises(RolloutError, match="letters, digits"):
+            check_run_id(bad)
+    assert RolloutPlan("http://p/v1").run_id != RolloutPlan("http://p/v1").run_id
+    [task] = parse_tasks(lines({**TASK, "task_id": "a"}), "f", "f")
+    ends = Ends()
+    plan = RolloutPlan("http://p/v1", run_id="base")
+    stage = RolloutStage(Scripted({"a:0": ["ok", "ok"]}), plan, ends, Dead(), Progress(2, 1))
+    asyncio.run(stage.run([task, replace(task, run_id="base.2")], lambda _: None))
+    assert sorted(s for s, *_ in ends.ended) == ["rollout:base.2:a:0:1", "rollout:base:a:0:1"]
+
+
+def test_the_longest_task_id_and_run_id_make_a_session_id_that_fits() -> None:
+    longest = "t" * MAX_TASK_ID_CHARS
+    [task] = parse_tasks(lines({**TASK, "task_id": longest}), "f", "f")
+    run = "r" * 24 + ".1000000"  # a given run id, its task taken again a million times
+    assert len(run) <= MAX_RUN_ID_CHARS
+    attempt = Attempt(run, task.task_id, MAX_GROUP_SIZE - 1, 10**17)
+    assert len(attempt.session_id) <= MAX_SESSION_ID_CHARS
+    with pytest.raises(RolloutError, match=f"at most {MAX_TASK_ID_CHARS}"):
+        parse_tasks(lines({**TASK, "task_id": longest + "t"}), "f", "f")

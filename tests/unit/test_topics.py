@@ -19,6 +19,7 @@ def test_shipped_topics_file_declares_every_topic() -> None:
     assert topics.chat_turns.key == "session_id"
     assert topics.policy_versions.configs["cleanup.policy"] == "compact"
     assert topics.samples_scored.max_message_bytes == 16777216
+    assert (topics.rollout_tasks.key, topics.rollout_tasks.partitions) == ("task_id", 8)
     for spec in topics:
         assert {
             "cleanup.policy",
