@@ -164,8 +164,12 @@ class LearnRun:
         if self.options.mode == "rl":
             return ""
         if self.options.teacher == "policy":
-            return " (teacher: the served policy, hinted)"
-        return " (teacher: the initial weights, hinted, served on their own)"
+            contrast = ", less its neutral-line log-probs" if self.options.teacher_contrast else ""
+            return f" (teacher: the served policy, hinted{contrast})"
+        words = " (teacher: the initial weights, hinted, served on their own"
+        return words + (
+            ", less its neutral-line log-probs)" if self.options.teacher_contrast else ")"
+        )
 
     def _judge(self) -> Judge | None:
         """None for the rules judge; else an LLM judge: ``embedded`` serves the default

@@ -224,6 +224,32 @@ def test_the_teachers_top_k_ids_reach_the_batch() -> None:
     assert tokenize_sample(short, None, 64).teacher_misaligned
 
 
+def test_a_contrastive_teacher_trains_on_hinted_minus_neutral_whatever_old_is() -> None:
+    s = sample(
+        prompt_ids=[1, 2, 3],
+        response_ids=[50, 51],
+        teacher_logprobs=[-0.5, -2.0],
+        teacher_neutral_logprobs=[-1.25, -1.5],  # the hint lifts token 1, lowers token 2
+    )
+    t = tokenize_sample(s, tokenizer=None, max_seq_len=64)
+    assert t.teacher_logprobs == [0.75, -0.5] and t.teacher_is_gap
+    plain = tokenize_sample(s.model_copy(update={"teacher_neutral_logprobs": None}), None, 64)
+    assert plain.teacher_logprobs == [-0.5, -2.0] and not plain.teacher_is_gap
+    short = s.model_copy(update={"teacher_neutral_logprobs": [-1.0]})
+    cut = tokenize_sample(short, None, 64)
+    assert cut.teacher_logprobs is None and cut.teacher_misaligned  # no signal, never padded
+    mb = collate([t, plain], pad_id=0)
+    assert mb.teacher_is_gap is not None and mb.teacher_is_gap.tolist() == [True, False]
+    old = torch.tensor([[0.0, 0.0, -3.0, -4.0], [0.0, 0.0, -0.5, -1.0]])
+    taught = mb.teacher_for(old)
+    # row 0: teacher - old is hinted - neutral at the response positions (2, 3), not -0.5 - old
+    assert (taught - old)[0, 2:].tolist() == [0.75, -0.5]
+    assert (taught - old)[1, 2:].tolist() == [0.0, -1.0]  # row 1: hinted - old, as before
+    assert torch.equal(
+        collate([plain], pad_id=0).teacher_for(old[1:]), collate([plain], 0).teacher_logprobs
+    )
+
+
 def test_top_k_ids_outside_the_policy_vocabulary_are_no_signal(tiny_tokenizer: Path) -> None:
     tok = load(tiny_tokenizer)
     s = sample(prompt_ids=[1, 2], response_ids=[5, tok.eos_token_id], teacher_logprobs=[-1.0, -1.0])

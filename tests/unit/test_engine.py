@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -187,6 +188,27 @@ def test_opd_moves_the_policy_toward_the_teacher() -> None:
     assert stats.kl == pytest.approx(0.0, abs=1e-6)  # reference = policy before the step
     assert stats.entropy > 0
     assert eng.train_step(mbs).kl > 0
+
+
+def test_a_contrastive_teacher_gap_is_hinted_minus_neutral_whatever_the_policy_says() -> None:
+    """Samples whose teacher log-probs are hinted - neutral train on exactly that gap: the
+    step's teacher gap is its mean, not teacher - old, and the policy moves."""
+    eng = engine("opd", loss_agg="token_mean")
+    gaps = [0.5, -0.25, 1.0]
+    contrast = [dataclasses.replace(s, teacher_logprobs=gaps[: len(s.response_ids)],
+                                    teacher_is_gap=True) for s in samples([0.0, 0.0])]  # fmt: skip
+    [mb] = micro_batches(contrast, 2, pad_id=0)
+    before = eng.parameters_snapshot()
+    stats = eng.train_step([mb])
+    taught = [g for s in contrast for g in s.teacher_logprobs or []]
+    assert stats.teacher_gap == pytest.approx(sum(taught) / len(taught), abs=1e-6)
+    assert stats.pg_loss == pytest.approx(-sum(taught) / len(taught), abs=1e-5)  # ratio 1
+    assert changed(before, eng.parameters_snapshot())
+    [plain] = micro_batches(samples([0.0, 0.0], teacher=True), 2, pad_id=0)
+    old = eng.logprobs(plain)
+    taught_tokens = plain.response_mask.bool()
+    expected = float((-1.0 - old)[taught_tokens].mean())  # teacher -1.0 less the policy's own
+    assert eng.train_step([plain]).teacher_gap == pytest.approx(expected, abs=1e-5)
 
 
 @pytest.mark.parametrize("stage", [0, 2, 3])

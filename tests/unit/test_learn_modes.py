@@ -64,11 +64,15 @@ def test_a_mode_and_its_options_that_cannot_go_together_are_refused_with_the_fla
         LearnOptions(mode="opd", baseline="mean")
     with pytest.raises(ConfigError, match=r"--teacher-top-k\) 4.*rl has no teacher"):
         LearnOptions(teacher_top_k=4)
+    with pytest.raises(ConfigError, match=r"--teacher-contrast\) needs mode opd or combine"):
+        LearnOptions(teacher_contrast=True)
     assert LearnOptions(mode="opd", baseline="none").step_baseline == "none"
     assert LearnOptions(mode="combine", baseline="leave_one_out").step_baseline == "leave_one_out"
 
 
-def worker_settings(monkeypatch: pytest.MonkeyPatch, mode: str, top_k: int = 0) -> Any:
+def worker_settings(
+    monkeypatch: pytest.MonkeyPatch, mode: str, top_k: int = 0, contrast: bool = False
+) -> Any:
     """The settings `turnstream worker` reaches with the command line and environment the
     live run starts it with (run_worker replaced: nothing starts)."""
     import pipeline.scoring.worker
@@ -78,7 +82,9 @@ def worker_settings(monkeypatch: pytest.MonkeyPatch, mode: str, top_k: int = 0) 
     monkeypatch.setattr(stack, "spawn_cli", lambda args, env, log: spawned.append((args, env)))
     teacher = None
     if mode != "rl":
-        teacher = stack.TeacherServer("http://127.0.0.1:30001", Path("/models/policy"), top_k)
+        teacher = stack.TeacherServer(
+            "http://127.0.0.1:30001", Path("/models/policy"), top_k, contrast
+        )
     stack.start_worker(Settings(), Path("/tmp/run"), None, mode, teacher)
     [(args, env)] = spawned
     started: list[Any] = []
@@ -183,3 +189,8 @@ def test_the_teacher_is_the_initial_weights_on_a_server_of_their_own_or_the_serv
     assert len(started) == 1
     with pytest.raises(ConfigError, match=r"teacher \(--teacher\) 'frozen'"):
         LearnOptions(mode="opd", teacher="frozen")
+
+
+def test_a_contrastive_teacher_reaches_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert worker_settings(monkeypatch, "combine", contrast=True).teacher_contrast is True
+    assert worker_settings(monkeypatch, "combine").teacher_contrast is False

@@ -21,7 +21,7 @@ from pipeline.events import Paired, Turn, decode_input
 from pipeline.judge.client import JudgeClient, JudgeConfig, JudgeUnavailable
 from pipeline.judge.factory import build_judge
 from pipeline.judge.rules import RulesJudge
-from pipeline.judge.teacher import PolicyTokenizer, Teacher
+from pipeline.judge.teacher import NEUTRAL_HINT, PolicyTokenizer, Teacher
 from pipeline.scoring.scorers import PrmScorer, score_pair
 from pipeline.settings import ScoringSettings, Settings, load_settings
 from tests.servers import embedded_server, make_tiny_policy, post
@@ -278,3 +278,29 @@ async def test_the_scorer_closes_a_teacher_client_of_its_own_and_a_shared_one_on
     judge.client = shared  # type: ignore[attr-defined]
     await PrmScorer(judge, "opd", Teacher(shared, tok)).close()
     assert closed == ["teacher", "judge"]
+
+
+async def test_a_contrastive_teacher_is_also_asked_with_the_neutral_line(
+    served: str, policies: tuple[Path, Path], tiny_tokenizer: Path
+) -> None:
+    """teacher_contrast: the response's log-probs under the hinted prompt and, asked at the
+    same time, under the prompt with the neutral line in the hint's place."""
+    tokenizer = PolicyTokenizer(tiny_tokenizer)
+    async with JudgeClient(JudgeConfig(backend="sglang", urls=[served], role="teacher")) as client:
+        teacher = Teacher(client, tokenizer, contrast=True)
+        sample = await score_pair(paired("Wrong: it has 214 lines."), RulesJudge(), "opd", teacher)
+        assert client.requests == 2
+    turn = paired("x").turn
+    hinted, n = tokenizer.teacher_input(turn, HINT)
+    neutral, _n = tokenizer.teacher_input(turn, NEUTRAL_HINT)
+    assert sample.teacher_logprobs == pytest.approx(
+        forced_logprobs(policies[0], hinted, n), abs=1e-4
+    )
+    assert sample.teacher_neutral_logprobs == pytest.approx(
+        forced_logprobs(policies[0], neutral, n), abs=1e-4
+    )
+    assert sample.teacher_neutral_logprobs != pytest.approx(sample.teacher_logprobs, abs=1e-4)
+    _judge, built = build_judge(
+        teacher_settings(tiny_tokenizer, teacher_urls=["http://t:1"], teacher_contrast=True)
+    )
+    assert built is not None and built.contrast
