@@ -44,6 +44,7 @@ STAGES = {
     "samples.retry": "retry (judge unreachable)",
     "pipeline.deadletter": "dead letters",
     "policy.versions": "policy versions",
+    "reviews": "human reviews",
 }
 
 

@@ -19,6 +19,7 @@ REQUIRED_TOPICS = (
     "samples.retry",
     "pipeline.deadletter",
     "policy.versions",
+    "reviews",
 )
 
 
@@ -78,6 +79,10 @@ class Topics:
     @property
     def policy_versions(self) -> TopicSpec:
         return self["policy.versions"]
+
+    @property
+    def reviews(self) -> TopicSpec:
+        return self["reviews"]
 
 
 def _topic_spec(source: Path, logical: str, raw: Any, prefix: str) -> TopicSpec:
