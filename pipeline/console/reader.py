@@ -19,15 +19,17 @@ from typing import Any
 import orjson
 
 from pipeline.backoff import RetryPolicy
+from pipeline.broker.clients import admin_client
 from pipeline.broker.connection import unreachable
 from pipeline.broker.following import Follower, Partition, log_ends
 from pipeline.console.index import ConsoleIndex
-from pipeline.errors import EventDecodeError
+from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import Review, Sample, decode_as
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 PROBE_S = 5.0
+CONNECT_MS = 5000  # how long a (re)connection may take before the page says the broker is down
 REOPEN = RetryPolicy(max_attempts=None, initial_delay_s=1.0, max_delay_s=15.0)
 
 
@@ -84,12 +86,22 @@ class ConsoleReader:
                 self._follow()
             except Exception as exc:
                 self._progress.failures += 1
-                self._set(False, f"{unreachable(self.settings)} ({exc}); trying again")
+                why = (
+                    str(exc)
+                    if isinstance(exc, BrokerError)
+                    else f"{unreachable(self.settings)} ({exc})"
+                )
+                self._set(False, f"{why}; trying again")
                 log.warning("console reader: %s", exc)
                 self._stop.wait(REOPEN.delay(self._progress.failures))
 
     def _follow(self) -> None:
-        follower = Follower(self.settings, self.topics, self._progress.next_offsets)
+        follower = Follower(
+            self.settings,
+            self.topics,
+            self._progress.next_offsets,
+            bootstrap_timeout_ms=CONNECT_MS,
+        )
         try:
             probed = 0.0
             while not self._stop.is_set():
@@ -103,6 +115,7 @@ class ConsoleReader:
 
     def _probe(self) -> None:
         """Ask for the topics' ends: an exception here (broker gone) reopens the follower."""
+        admin_client(self.settings, timeout_ms=CONNECT_MS).close()  # fails fast when it is
         ends = log_ends(self.settings, self.topics)
         behind = sum(max(0, end - self._progress.next_offsets.get(p, 0)) for p, end in ends.items())
         self._progress.failures = 0
