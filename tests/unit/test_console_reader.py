@@ -4,6 +4,7 @@ broker cannot be reached (a real client against a port nothing listens on)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import orjson
 from kafka.consumer.fetcher import ConsumerRecord
@@ -12,6 +13,7 @@ from pipeline.broker.local import free_port_pair
 from pipeline.console.index import ConsoleIndex
 from pipeline.console.reader import ConsoleReader
 from pipeline.console.reviews import build_review
+from pipeline.console.run import tokenizer_pieces
 from pipeline.events import encode
 from pipeline.settings import KafkaSettings, Settings
 from tests.unit.test_console_index import sample
@@ -61,3 +63,12 @@ def test_the_reader_says_when_the_broker_is_unreachable() -> None:
         assert f"Kafka at {settings.bootstrap_servers} is not reachable" in reader.status.text
     finally:
         reader.stop()
+
+
+def test_opd_tokens_show_as_the_policy_tokenizer_decodes_them(tiny_tokenizer: Path) -> None:
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(tiny_tokenizer))("thanks that worked")["input_ids"]
+    pieces = tokenizer_pieces(tiny_tokenizer)(ids)
+    assert len(pieces) == len(ids) >= 2
+    assert "".join(pieces).replace(" ", "") == "thanksthatworked"
