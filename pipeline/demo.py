@@ -45,6 +45,7 @@ STAGES = {
     "pipeline.deadletter": "dead letters",
     "policy.versions": "policy versions",
     "rollout.tasks": "rollout tasks",
+    "reviews": "human reviews",
 }
 
 

@@ -299,6 +299,29 @@ class DeadLetter(_Strict):
     ts: float
 
 
+MAX_NOTE_CHARS = 2000
+
+
+class Review(_Strict):
+    """A human verdict on a scored sample (``reviews``, key = sample_id: the latest counts).
+
+    It carries the judged turn (prompt, response, next state), so a review is a gold line
+    on its own after the sample has left samples.scored's retention."""
+
+    type: Literal["review"] = "review"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    sample_id: str
+    session_id: SessionId
+    policy_version: int | None = None
+    verdict: Literal[-1, 0, 1] = Field(description="the reviewer's score of the response")
+    note: str | None = Field(None, max_length=MAX_NOTE_CHARS)
+    judge_score: float = Field(description="the sample's score when it was reviewed")
+    messages: list[ChatMessage]
+    response: Response
+    next_state: NextState | None
+    ts: float = Field(ge=0, description="when it was reviewed, seconds since the Unix epoch")
+
+
 _INPUT_ADAPTER: TypeAdapter[Turn | Message | SessionEnd] = TypeAdapter(InputEvent)
 
 
@@ -406,4 +429,5 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "sample.schema.json": Sample.model_json_schema(),
         "retry.schema.json": RetryRecord.model_json_schema(),
         "deadletter.schema.json": DeadLetter.model_json_schema(),
+        "review.schema.json": Review.model_json_schema(),
     }

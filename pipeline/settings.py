@@ -40,6 +40,7 @@ from pipeline.topics.spec import Topics, load_topics
 __all__ = [
     "READ_DIRECTLY",
     "REPO_ROOT",
+    "ConsoleSettings",
     "KafkaSettings",
     "LocalKafkaSettings",
     "ModelSettings",
@@ -304,6 +305,29 @@ class ProxySettings(EnvThenFile):
         return value.removesuffix("/v1")
 
 
+class ConsoleSettings(EnvThenFile):
+    """`turnstream console`: where the page listens, who may review, how much it holds."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_CONSOLE_", frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="listen address (0.0.0.0 for every interface)")
+    port: int = Field(8080, ge=0, le=65535, description="listen port")
+    token: SecretStr | None = Field(
+        None,
+        description="a review must send it (form field or 'Authorization: Bearer'); unset: "
+        "the proxy's api_key, if that is set",
+    )
+    max_samples: int = Field(
+        2000, ge=1, description="the most recent samples held (besides each version's extremes)"
+    )
+    per_version: int = Field(
+        50, ge=1, le=1000, description="the highest and the lowest scored samples kept per version"
+    )
+    max_versions: int = Field(
+        200, ge=1, description="versions whose samples are kept (older ones keep figures only)"
+    )
+
+
 class Settings(EnvThenFile):
     """Everything one turnstream process reads from its environment.
 
@@ -325,6 +349,7 @@ class Settings(EnvThenFile):
     local_kafka: LocalKafkaSettings = Field(default_factory=lambda: LocalKafkaSettings())
     scoring: ScoringSettings = Field(default_factory=lambda: ScoringSettings())
     proxy: ProxySettings = Field(default_factory=lambda: ProxySettings())
+    console: ConsoleSettings = Field(default_factory=lambda: ConsoleSettings())
     models: ModelSettings = Field(default_factory=lambda: ModelSettings())
     serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what turnstream needs from the system when it is missing (Debian or Ubuntu):
-# Java 17+ and Maven (the local Kafka broker), make, kcat (interop tests), venv support for python3.
+# Java 17+ and Maven (the local Kafka broker), make, kcat (interop tests), venv support for python3,
+# headless Chromium and its driver (the console's browser test).
 # Everything else (Python packages, the broker's jars, the model) the Makefile fetches itself.
 set -euo pipefail
 
@@ -11,6 +12,8 @@ need mvn || packages+=(maven)
 need make || packages+=(make)
 need kcat || need kafkacat || packages+=(kcat)
 python3 -c "import ensurepip, venv" 2>/dev/null || packages+=(python3-venv)
+need chromium || packages+=(chromium)
+need chromedriver || packages+=(chromium-driver)
 [ ${#packages[@]} -eq 0 ] && exit 0
 
 if ! need apt-get; then

@@ -57,6 +57,8 @@ def _bounds(settings: Settings, topics: Iterable[str], lookup: str) -> dict[Part
 class Follower:
     """Every partition of ``topics`` from ``starts`` (the log start where none is given),
     read by :meth:`poll`; :meth:`caught_up` once what they held at the start is read.
+    ``client_options`` go to the kafka-python consumer (a shorter ``bootstrap_timeout_ms``
+    than its 30 s, for a caller that says at once that the broker is unreachable).
 
     One thread polls it (kafka-python's consumer is not thread-safe).
     """
@@ -66,9 +68,10 @@ class Follower:
         settings: Settings,
         topics: Iterable[str],
         starts: Mapping[Partition, int] | None = None,
+        **client_options: Any,
     ) -> None:
         starts = starts or {}
-        self._consumer = KafkaConsumer(**consumer_config(settings, group_id=None))
+        self._consumer = KafkaConsumer(**consumer_config(settings, None, **client_options))
         try:
             self.partitions = partitions(self._consumer, topics)
             self._consumer.assign(self.partitions)

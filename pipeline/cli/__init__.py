@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("pipeline.cli.rewards", "judge_app"),
     "rollout": ("pipeline.cli.rollout", "app"),
     "functions": ("pipeline.cli.functions", "app"),
+    "console": ("pipeline.cli.console", "console"),
 }
 
 

@@ -146,10 +146,54 @@ async def _score_all(built: Any, items: list[gold.GoldItem], concurrency: int) -
         await close_processor(built)
 
 
+def _gold_set(
+    gold_path: Path | None, from_reviews: bool, write_gold: Path | None
+) -> tuple[list[gold.GoldItem], str]:
+    """The labelled inputs and where they came from; bad input exits 2."""
+    if (gold_path is None) == (not from_reviews):
+        fail(2, "give exactly one of --gold FILE or --from-reviews")
+    if write_gold is not None and not from_reviews:
+        fail(2, "--write-gold goes with --from-reviews")
+    try:
+        if gold_path is not None:
+            return gold.load_gold(gold_path), str(gold_path)
+        return _gold_from_reviews(write_gold)
+    except RewardError as exc:
+        fail(2, str(exc))
+
+
+def _gold_from_reviews(write_gold: Path | None) -> tuple[list[gold.GoldItem], str]:
+    """The reviews topic read to its end, each sample's latest review a gold line."""
+    from pipeline.broker.reading import read_to_end
+    from pipeline.console.reviews import gold_line, latest_reviews
+    from pipeline.settings import load_settings
+
+    settings = load_settings()
+    topic = settings.topics.reviews.name
+    reviews, problems = latest_reviews(read_to_end(settings, topic))
+    for problem in problems:
+        typer.echo(f"warning: skipped a record that is no review: {problem}", err=True)
+    if not reviews:
+        fail(2, f"no reviews on {topic} yet: record verdicts with `turnstream console --reviews`")
+    lines = [orjson.dumps(gold_line(r)).decode() for r in reviews]
+    if write_gold is not None:
+        write_gold.write_text("".join(line + "\n" for line in lines))
+    return gold.parse_gold(lines, f"topic {topic}"), f"topic {topic}"
+
+
 @judge_app.command("agreement")
 def judge_agreement(
     gold_path: Path = typer.Option(
-        ..., "--gold", help="labelled JSONL: one reward input per line with a numeric label"
+        None, "--gold", help="labelled JSONL: one reward input per line with a numeric label"
+    ),
+    from_reviews: bool = typer.Option(
+        False,
+        "--from-reviews",
+        help="the gold set is the reviews topic: each sample's latest human verdict "
+        "(`turnstream console`) labels its response and next state",
+    ),
+    write_gold: Path = typer.Option(
+        None, help="with --from-reviews: also write the gold set as JSONL here"
     ),
     processor: str = typer.Option(
         None, "--processor", help=f"{PROCESSOR_HELP} (default: the configured PRM judge)"
@@ -166,18 +210,16 @@ def judge_agreement(
     (TURNSTREAM_SCORING_JUDGE and friends; the offline default is the rules
     heuristic). Rho compares raw scores with the labels; kappa and the table
     bin each score to the nearest label. Run it after every change to a
-    reward or the judge model, and compare.
+    reward or the judge model, and compare. --from-reviews reads the gold set
+    from the reviews topic instead of a file.
     """
-    try:
-        items = gold.load_gold(gold_path)
-    except RewardError as exc:
-        fail(2, str(exc))
+    items, source = _gold_set(gold_path, from_reviews, write_gold)
     if processor is None and config is None:
         processor = DEFAULT_JUDGE
     built = _build(processor, config, options)
     describe = getattr(built, "describe", None)
     label = describe() if callable(describe) else processor_name(built)
-    typer.echo(f"gold set: {gold_path} ({len(items)} labelled inputs); processor: {label}")
+    typer.echo(f"gold set: {source} ({len(items)} labelled inputs); processor: {label}")
     try:
         outputs = asyncio.run(_score_all(built, items, concurrency))
     except RewardError as exc:

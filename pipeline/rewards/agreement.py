@@ -74,6 +74,12 @@ def load_gold(path: Path) -> list[GoldItem]:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
         raise RewardError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_gold(lines, str(path))
+
+
+def parse_gold(lines: Sequence[str], source: str) -> list[GoldItem]:
+    """Every labelled input of gold lines read from ``source`` (a file, a topic); a bad
+    line is an error naming source:line."""
     items, problems = [], []
     for lineno, text in enumerate(lines, start=1):
         if not text.strip():
@@ -81,11 +87,11 @@ def load_gold(path: Path) -> list[GoldItem]:
         try:
             items.append(_gold_item(lineno, text))
         except ValueError as exc:
-            problems.append(f"{path}:{lineno}: {exc}")
+            problems.append(f"{source}:{lineno}: {exc}")
     if problems:
         raise RewardError("bad gold set:\n" + "\n".join(problems))
     if not items:
-        raise RewardError(f"{path}: no labelled inputs")
+        raise RewardError(f"{source}: no labelled inputs")
     return items
 
 

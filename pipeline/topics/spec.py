@@ -20,6 +20,7 @@ REQUIRED_TOPICS = (
     "pipeline.deadletter",
     "policy.versions",
     "rollout.tasks",
+    "reviews",
 )
 
 
@@ -83,6 +84,10 @@ class Topics:
     @property
     def rollout_tasks(self) -> TopicSpec:
         return self["rollout.tasks"]
+
+    @property
+    def reviews(self) -> TopicSpec:
+        return self["reviews"]
 
 
 def _topic_spec(source: Path, logical: str, raw: Any, prefix: str) -> TopicSpec:
