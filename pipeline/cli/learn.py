@@ -33,7 +33,7 @@ TEACHER_HELP = (
     "own: a fixed target) or policy (the served policy itself, hinted: it moves with "
     "every push)"
 )
-TEACHER_CONTRAST_HELP = (
+CONTRAST_HELP = (
     "opd/combine: also ask the teacher with a neutral line in the hint's place and train "
     "on hinted - neutral (the hint's own effect) instead of hinted - old"
 )
@@ -72,11 +72,9 @@ def learn(
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
     teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
-    teacher_contrast: bool = typer.Option(DEFAULTS.teacher_contrast, help=TEACHER_CONTRAST_HELP),
+    teacher_contrast: bool = typer.Option(DEFAULTS.teacher_contrast, help=CONTRAST_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
-    max_words: int = typer.Option(
-        DEFAULTS.max_words, help="the users want the right answer in at most N words"
-    ),
+    max_words: int = typer.Option(DEFAULTS.max_words, help="the right answer in at most N words"),
     temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
     eval_samples: int = typer.Option(DEFAULTS.eval_samples, help="answers per held-out prompt"),
     eval_prompts: int = typer.Option(None, help="evaluate only the first N held-out prompts"),
@@ -114,8 +112,8 @@ def learn(
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
-        teacher_contrast=teacher_contrast,
-        max_tokens=max_tokens, max_words=max_words, temperature=temperature,
+        teacher_contrast=teacher_contrast, max_tokens=max_tokens, max_words=max_words,
+        temperature=temperature,
         eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
         control=control, control_sessions=control_sessions, micro_batch_size=micro_batch_size,
         train_top_layers=train_top_layers, max_ahead=max_ahead, judge=judge,
