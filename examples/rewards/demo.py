@@ -1,30 +1,13 @@
 """The simplest reward: 1.0 when the ground truth appears in the last message, else 0.0.
 
+The SDK guide's example, kept once, as the guide writes it, in
+``examples/sdk/functions/reward/reward.py`` (``functions.reward.reward.DemoRewardProcessor``
+from ``examples/sdk``); this module gives it its class path from the repository root.
+
     turnstream reward test --processor examples.rewards.demo:DemoRewardProcessor \\
         --input examples/rewards/reward_input.json
 """
 
-from __future__ import annotations
+from examples.sdk.functions.reward.reward import DemoRewardProcessor
 
-from pipeline.rewards import Reward, RewardInput, RewardOutput, TaskStatus
-
-
-class DemoRewardProcessor:
-    def setup(self) -> None:
-        pass
-
-    async def process(self, input: RewardInput) -> RewardOutput:
-        content = input.agent_output.messages[-1].get("content", "")
-        ground_truth = input.ground_truth
-
-        # Scoring: is the answer right?
-        score = 1.0 if ground_truth in content else 0.0
-
-        return RewardOutput(
-            reward=Reward(
-                reward_score=score,
-                reward_metrics={"test1": 0.5, "test2": 0.3},  # custom metrics
-            ),
-            status=TaskStatus.SUCCESS,
-            error=None,
-        )
+__all__ = ["DemoRewardProcessor"]

@@ -2,12 +2,14 @@
 
 An answer is correct when the prompt's ``answer`` or one of its ``aliases``
 appears in it as a whole word, case-insensitive (``is_correct``). Other tools
-check answers by the same rule: keep it exactly.
+check answers by the same rule (``holds_answer``, for answers of their own,
+such as a rollout task's ground truth): keep it exactly.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +38,12 @@ class Prompt:
 
 def is_correct(text: str | None, prompt: Prompt) -> bool:
     """``prompt``'s answer or an alias appears in ``text`` as a whole word, ignoring case."""
-    return any(_whole_word(a).search(text or "") for a in prompt.answers if a.strip())
+    return holds_answer(text, prompt.answers)
+
+
+def holds_answer(text: str | None, answers: Iterable[str]) -> bool:
+    """One of ``answers`` appears in ``text`` as a whole word, ignoring case (blank ones never)."""
+    return any(_whole_word(a).search(text or "") for a in answers if a.strip())
 
 
 def _whole_word(answer: str) -> re.Pattern[str]:

@@ -2,7 +2,8 @@
 
 - ``package.module:Class``: a module on the path (the working directory included);
 - ``package.module.Class``: the same, dotted; the last component is the class;
-- ``path/to/file.py:Class``: a file, relative to the working directory or absolute.
+- ``path/to/file.py:Class``: a file, relative to the working directory or absolute;
+  what it imports is looked up from the working directory too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def _import_file(path: Path, where: str) -> ModuleType:
     if not path.is_file():
         looked = "" if path.is_absolute() else f" (looked for {path.resolve()})"
         raise RewardError(f"{where}{path}: no such file{looked}")
+    _cwd_on_path()  # the file may import its own package, as examples/rewards/*.py do
     resolved = path.resolve()
     name = f"_turnstream_reward_{resolved.stem}_{hashlib.sha1(bytes(resolved)).hexdigest()[:8]}"
     if name in sys.modules:

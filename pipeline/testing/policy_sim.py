@@ -78,6 +78,8 @@ class PolicySimulator:
         self.chat_calls = 0
         self.loaded: list[str] = []
         self.requests: list[dict[str, Any]] = []
+        # Scripted answers, taken from the front (the test appends, the server's loop pops).
+        self.replies: list[str] = []
 
     @property
     def version(self) -> int:
@@ -126,6 +128,8 @@ class PolicySimulator:
         return web.json_response(self._completion(body, answer))
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.replies:
+            return _limited(body, _words(self.replies.pop(0)))
         messages = body["messages"]
         last_user = next(
             (_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
@@ -139,11 +143,7 @@ class PolicySimulator:
             return {"tool": tool, "arguments": args, "pieces": pieces}
         if SILENT in last_user:  # a policy that ends its turn at once: no text, finished
             return {"pieces": [], "finish": "stop"}
-        pieces = _words(f"Here is my answer to: {last_user[:60] or 'your message'}")
-        limit = body.get("max_completion_tokens") or body.get("max_tokens")
-        if isinstance(limit, int) and limit < len(pieces):
-            return {"pieces": pieces[:limit], "finish": "length"}
-        return {"pieces": pieces, "finish": "stop"}
+        return _limited(body, _words(f"Here is my answer to: {last_user[:60] or 'your message'}"))
 
     @staticmethod
     def _tool_to_call(body: dict[str, Any], text: str) -> str | None:
@@ -273,6 +273,14 @@ class PolicySimulator:
         app.router.add_get("/sim/requests", self.sim_requests)
         app.router.add_get("/health", self.health)
         return app
+
+
+def _limited(body: dict[str, Any], pieces: list[str]) -> dict[str, Any]:
+    """An answer in words, cut to the request's ``max_tokens`` (finish reason ``length``)."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if isinstance(limit, int) and limit < len(pieces):
+        return {"pieces": pieces[:limit], "finish": "length"}
+    return {"pieces": pieces, "finish": "stop"}
 
 
 def _stream_deltas(answer: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], int | None]], str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,23 @@ async def test_a_sub_reward_returning_the_wrong_type_names_itself() -> None:
 
     with pytest.raises(RewardError, match=r"Sloppy.raw \(sub-reward 'raw'\) returned Reward"):
         await run_processor(Sloppy(), RewardInput())
+
+
+def test_a_file_path_may_import_modules_of_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "shared_rules").mkdir()
+    (tmp_path / "shared_rules" / "base.py").write_text("class Rule:\n    pass\n")
+    (tmp_path / "entry.py").write_text("from shared_rules.base import Rule\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert load_class("entry.py:Rule").__module__ == "shared_rules.base"
+    finally:
+        for name in [
+            n for n in sys.modules if n.startswith(("shared_rules", "_turnstream_reward_entry"))
+        ]:
+            del sys.modules[name]
 
 
 def test_class_paths_load_from_modules_and_files_with_clear_errors(tmp_path: Path) -> None:

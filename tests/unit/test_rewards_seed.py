@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -106,3 +107,18 @@ async def test_group_example_gives_its_stated_scores() -> None:
     out = await run_group_processor(DemoGroupRewardProcessor(), no_truth)
     assert out.reward is not None
     assert [r.reward_score for r in out.reward.rewards] == [0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("cls", "guide_file"),
+    [
+        (DemoRewardProcessor, "reward.py"),
+        (DemoGroupRewardProcessor, "group_reward.py"),
+        (SafetyProcessor, "reward_decorator.py"),
+    ],
+)
+def test_the_examples_are_the_guides_own_code_kept_once(cls: type, guide_file: str) -> None:
+    # examples/rewards gives class paths from the repository root to the classes of
+    # examples/sdk/functions/reward (the guide's class paths, from examples/sdk)
+    source = Path(inspect.getsourcefile(cls) or "")
+    assert source == EXAMPLES.parent / "sdk" / "functions" / "reward" / guide_file
