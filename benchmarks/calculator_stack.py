@@ -20,24 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from common import REPO, broker, read_all, spawn, stop, wait_http, write_result
+from common import REPO, broker, private_topics, read_all, spawn, stop, wait_http, write_result
 
 from pipeline.broker.local import free_port_pair
 from pipeline.events import Sample, Turn, decode_as, decode_input
 from pipeline.settings import Settings
-from pipeline.topics import admin
 
 TASKS = REPO / "examples" / "rollouts" / "calculator_tasks.jsonl"
 PROCESSOR = "examples.rollouts.calculator:CalculatorRollout"
@@ -118,14 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name, broker(Path(tmp_name)) as base:
         tmp = Path(tmp_name)
-        settings = base.model_copy(update={"topic_prefix": f"calc{uuid.uuid4().hex[:6]}."})
-        admin.apply(settings)
-        env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-            "PYTHONPATH": str(REPO),
-        }
+        settings, env = private_topics(base, "calc")
         with stack(env, tmp, args.threads) as proxy:
             started = time.monotonic()
             done = subprocess.run(

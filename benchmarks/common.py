@@ -186,6 +186,22 @@ def broker(tmp: Path) -> Iterator[Settings]:
         local.stop()
 
 
+def private_topics(base: Settings, prefix: str) -> tuple[Settings, dict[str, str]]:
+    """``base`` with topics of their own under ``prefix`` + a random tag (applied), and the
+    environment that points a `turnstream` command at them."""
+    settings = base.model_copy(update={"topic_prefix": f"{prefix}{os.urandom(3).hex()}."})
+    from pipeline.topics import admin
+
+    admin.apply(settings)
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        "PYTHONPATH": str(REPO),
+    }
+    return settings, env
+
+
 def write_result(name: str, result: dict) -> dict:
     """Add the machine and commit to ``result`` and write results/NAME.json."""
     result.update(

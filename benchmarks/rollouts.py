@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,12 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from common import REPO, broker, read_all, spawn, stop, wait_http, write_result
+from common import REPO, broker, private_topics, read_all, spawn, stop, wait_http, write_result
 
 from pipeline.broker.local import free_port_pair
 from pipeline.events import Sample, Turn, decode_as, decode_input
 from pipeline.settings import Settings
-from pipeline.topics import admin
 
 PROCESSOR = str(REPO / "examples/sdk/functions/rollout/rollout_only.py") + ":DemoRolloutProcessor"
 
@@ -124,14 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name, broker(Path(tmp_name)) as base:
         tmp = Path(tmp_name)
-        settings = base.model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}."})
-        admin.apply(settings)
-        env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-            "PYTHONPATH": str(REPO),
-        }
+        settings, env = private_topics(base, "bench")
         with stack(settings, env, tmp, args.latency_ms) as url:
             rows = [one_run(settings, env, url, tmp, args, c) for c in args.concurrency]
     print(f"{args.tasks} tasks x {args.n} rollouts, the tool-loop processor, policy simulator")

@@ -22,14 +22,13 @@ import pytest
 from pipeline.broker.clients import producer
 from pipeline.events import DeadLetter, Sample, SessionEnd, decode_as
 from pipeline.settings import Settings
-from pipeline.topics import admin
 from tests.kafka.helpers import read_all, spawn, turnstream
-from tests.kafka.test_proxy import start_proxy, start_sim, stop
+from tests.kafka.test_proxy import stop
 from tests.kafka.test_rollouts import (
     PROCESSOR,
-    WORKER_FLAGS,
     by_session,
     input_events,
+    running_stack,
     samples_when_all_scored,
     task,
 )
@@ -40,19 +39,8 @@ IDLE = {"TURNSTREAM_SCORING_IDLE_TIMEOUT_S": "3", "TURNSTREAM_SCORING_IDLE_CHECK
 @pytest.fixture
 def stack(settings: Settings, cli_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     """The policy simulator, the proxy and a scoring worker whose idle timeout is 3 s."""
-    admin.apply(settings)
-    sim, sim_proc = start_sim(tmp_path)
-    proxy, proxy_proc = start_proxy(cli_env, sim, tmp_path / "proxy", tmp_path / "proxy.log")
-    worker = spawn(
-        ["pipeline.cli", "worker", *WORKER_FLAGS, "--data-dir", str(tmp_path / "w")],
-        tmp_path / "worker.log",
-        {**cli_env, **IDLE},
-    )
-    try:
+    with running_stack(settings, cli_env, tmp_path, IDLE) as proxy:
         yield proxy
-    finally:
-        for proc in (worker, proxy_proc, sim_proc):
-            stop(proc)
 
 
 def feed_args(proxy: str, *args: str) -> list[str]:
