@@ -96,6 +96,9 @@ class ProxyState:
     turns: int = 0
     not_recorded: dict[str, int] = field(default_factory=dict)
     rollout_calls: dict[str, int] = field(default_factory=dict)  # in flight, per session
+    # rollout sessions the stage ended (the latest, bounded): a call of theirs still in
+    # flight then (a timed-out attempt's) is served but not recorded after the end
+    ended_rollouts: dict[str, None] = field(default_factory=dict)
     link: LinkStatus | None = None  # None: no link (the sink alone says how Kafka is)
 
     @property
@@ -296,6 +299,16 @@ async def _read_chat_request(
     return body, replace(meta, rollout=True, done=False)  # the rollout stage ends it
 
 
+MAX_ENDED_ROLLOUTS = 100_000
+
+
+def ended_rollout(state: ProxyState, session: str) -> None:
+    """Remember that ``session`` was ended (the oldest of too many are forgotten)."""
+    state.ended_rollouts[session] = None
+    if len(state.ended_rollouts) > MAX_ENDED_ROLLOUTS:
+        del state.ended_rollouts[next(iter(state.ended_rollouts))]
+
+
 async def end_rollout(request: web.Request) -> web.Response:
     """End a rollout attempt's session: a ``session_end`` through the sink, after the turns
     the proxy has offered for it (the sink keeps a session's events in order)."""
@@ -317,6 +330,7 @@ async def end_rollout(request: web.Request) -> web.Response:
     queued = state.sink.offer(
         state.settings.topics.chat_turns.name, session.encode(), encode(event)
     )
+    ended_rollout(state, session)
     metrics.ROLLOUT_ENDS.labels("success" if end.succeeded else "failed").inc()
     if not end.succeeded:
         log.info("rollout session %s ended as failed: %s", session, end.error or "(no error given)")
@@ -425,6 +439,8 @@ def _record(state: ProxyState, meta: RequestMeta, body: dict[str, Any], captured
     now = time.time()
     if captured.empty:
         _not_recorded(state, "empty_response")
+    elif meta.rollout and meta.session_id in state.ended_rollouts:
+        _not_recorded(state, "after_rollout_end")
     else:
         index = state.counters.take(meta.session_id)
         try:

@@ -8,9 +8,10 @@ model call, then longer than the task's timeout), ``greedy`` (model calls until
 the proxy refuses one: max_turns), ``burst`` (five model calls at once: those past
 max_turns are refused even while the others are in flight), ``answer`` (as chat, its
 AgentOutput ending with ``answer {index}``, the rollout's final answer for a reward),
-``pause`` (``rollout_extra.pause_s`` asleep, then as ``chat``), ``hang_once`` (the first
-time: a model call, then the attempt's run id written to the file ``rollout_extra.marker``
-and asleep until killed; after that, as ``chat``). :class:`FinalAnswer` is a group reward
+``late`` (a call, then a second one left in flight as it returns), ``pause``
+(``rollout_extra.pause_s`` asleep, then as ``chat``), ``hang_once`` (the first time: a
+model call, then the attempt's run id written to the file ``rollout_extra.marker`` and
+asleep until killed; after that, as ``chat``). :class:`FinalAnswer` is a group reward
 on whole rollouts.
 """
 
@@ -86,6 +87,8 @@ class ScriptedRollouts:
             return await self._tool(input, messages)
         if kind == "burst":
             return await self._burst(input, messages)
+        if kind == "late":
+            return await self._late(input, messages)
         if kind == "pause":
             await asyncio.sleep(float(input.rollout_extra["pause_s"]))
         marker = Path(input.rollout_extra.get("marker", "-"))
@@ -128,6 +131,15 @@ class ScriptedRollouts:
             messages.append(second.choices[0].message.model_dump(exclude_none=True))
         return RolloutOutput(agent_output=AgentOutput(messages=messages), status=TaskStatus.SUCCESS)
 
+    async def _late(self, input: RolloutInput, messages: list[dict[str, Any]]) -> RolloutOutput:
+        """One call, then another left running as the rollout returns (it ends after)."""
+        async with _client(input) as client:
+            messages.append({"role": "assistant", "content": await _ask(client, input, messages)})
+        task = asyncio.ensure_future(_late_call(input, messages))
+        LATE.add(task)
+        task.add_done_callback(LATE.discard)
+        return RolloutOutput(agent_output=AgentOutput(messages=messages), status=TaskStatus.SUCCESS)
+
     async def _burst(self, input: RolloutInput, messages: list[dict[str, Any]]) -> RolloutOutput:
         async with _client(input) as client:
             got = await asyncio.gather(
@@ -141,6 +153,14 @@ class ScriptedRollouts:
             agent_output=AgentOutput(messages=messages, rollout_metrics=metrics),
             status=TaskStatus.SUCCESS,
         )
+
+
+LATE: set[asyncio.Task[Any]] = set()  # the late kind's calls, kept alive
+
+
+async def _late_call(input: RolloutInput, messages: list[dict[str, Any]]) -> None:
+    async with _client(input) as client:
+        await _ask(client, input, [*messages, {"role": "user", "content": "one more thing"}])
 
 
 class FinalAnswer:

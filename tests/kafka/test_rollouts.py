@@ -11,6 +11,7 @@ import base64
 import json
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,11 +33,15 @@ WORKER_FLAGS = ["--judge", "rules", "--web-port", "0", "--loglevel", "info"]
 
 @contextmanager
 def running_stack(
-    settings: Settings, cli_env: dict[str, str], tmp_path: Path, worker_env: dict[str, str]
+    settings: Settings,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    worker_env: dict[str, str],
+    sim_args: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """The policy simulator, the proxy in front of it and a scoring worker; the proxy's URL."""
     admin.apply(settings)
-    sim, sim_proc = start_sim(tmp_path)
+    sim, sim_proc = start_sim(tmp_path, *sim_args)
     proxy, proxy_proc = start_proxy(cli_env, sim, tmp_path / "proxy", tmp_path / "proxy.log")
     worker = spawn(
         ["pipeline.cli", "worker", *WORKER_FLAGS, "--data-dir", str(tmp_path / "w")],
@@ -251,3 +256,21 @@ def test_a_group_of_rollouts_is_scored_on_whole_rollouts_with_the_ground_truth(
         s.session_id: sample_reward(s, "mean") for s in samples.values() if s.turn_index == 0
     }
     assert sorted(advantages.values()) == pytest.approx([-1 / 3, -1 / 3, 2 / 3])
+
+
+def test_a_call_still_in_flight_when_its_rollout_ends_is_served_but_not_recorded(
+    settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The late call's answer comes after the session's end: it would start a session of
+    its own that nothing ends; the proxy serves it and records nothing."""
+    tasks = [task("late", "late"), {**task("wait", "pause"), "pause_s": 3}]
+    with running_stack(settings, cli_env, tmp_path, {}, ("--latency-ms", "500")) as proxy:
+        done = run_tasks(cli_env, proxy, tmp_path / "t.jsonl", tasks, "--concurrency", "2")
+        assert done.returncode == 0, done.stderr[-3000:]
+        samples = samples_when_all_scored(settings)
+        health = json.loads(urllib.request.urlopen(proxy + "/healthz", timeout=10).read())
+    turns = by_session(input_events(settings), Turn)
+    [late] = [s for s in turns if ":late:" in s]
+    assert [t.turn_index for t in turns[late]] == [0]  # the second call was not recorded
+    assert health["not_recorded"].get("after_rollout_end") == 1, health
+    assert samples[f"{late}:0"].exclude_reason == "no_next_state"
