@@ -34,11 +34,17 @@ def demo(
         Path(".turnstream/demo"), help="logs, state and the chart (live: a fresh trainer each run)"
     ),
     timeout: float = typer.Option(600.0, help="--recorded: seconds to wait for scoring/training"),
+    with_console: bool = typer.Option(
+        True, "--console/--no-console", help="live: serve `turnstream console` on the run's topics"
+    ),
+    console_port: int = typer.Option(
+        None, help="live: the console's port (default 8080; 0: any free)", show_default=False
+    ),
 ) -> None:
     """Run the whole pipeline here, live: the real SmolLM2-135M-Instruct served as the
     policy, simulated users talking to it through the capture proxy, the trained LLM
     judge (smollm2-135m-judge, built once), the trainer pushing each new version back to
-    the server; live progress, then the
+    the server; the console on its topics (its URL printed first); live progress, then the
     held-out success and accuracy before and after, a summary table and a PNG chart
     (`turnstream learn`, shortened).
 
@@ -56,7 +62,7 @@ def demo(
 
     signal.signal(signal.SIGTERM, interrupt)
     if not recorded:
-        _live(workdir)
+        _live(workdir, with_console, console_port)
         return
     settings = load_settings()
     sessions = sessions or shipped_file("examples/sessions.jsonl", "sessions.jsonl")
@@ -72,11 +78,11 @@ def demo(
         console.print(f"chart: {report.chart}")
 
 
-def _live(workdir: Path) -> None:
+def _live(workdir: Path, with_console: bool, console_port: int | None) -> None:
     from pipeline.cli.learn import run_and_report
     from pipeline.learn.options import demo_options
 
-    run_and_report(demo_options(workdir), "demo")
+    run_and_report(demo_options(workdir, with_console, console_port), "demo")
 
 
 def summary_table(report: DemoReport) -> Table:

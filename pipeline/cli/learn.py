@@ -58,6 +58,11 @@ EVAL_EVERY_HELP = (
     "also evaluate every Nth version pushed before the last, users held meanwhile "
     "(0: only version 0, the final version and the control)"
 )
+CONSOLE_HELP = (
+    "also serve `turnstream console` on the run's topics while it runs (its URL is printed "
+    "first and kept in learn.json; one that fails to start is a warning)"
+)
+CONSOLE_PORT_HELP = "--console: its port (default: TURNSTREAM_CONSOLE_PORT, 8080; 0: any free)"
 CONTROL_SESSIONS_HELP = "user sessions of the control (0: as many as the learning phase had)"
 EXIT_REWARD_HACKING = 3  # the run finished, and its held-out accuracy fell: see learn.json
 
@@ -94,31 +99,32 @@ def learn(
     ),
     seed: int = typer.Option(DEFAULTS.seed, help="the users' choices of prompts"),
     timeout: float = typer.Option(DEFAULTS.timeout_s, help="give up after this many seconds"),
+    with_console: bool = typer.Option(False, "--console", help=CONSOLE_HELP),
+    console_port: int = typer.Option(None, help=CONSOLE_PORT_HELP, show_default=False),
 ) -> None:
     """Close the learning loop here, with the real model, and measure it.
 
-    Starts what is not running (the local broker unless KAFKA_BOOTSTRAP_SERVERS is
-    set), then the policy server, the capture proxy, a scoring worker and the
-    trainer, and a population of simulated users who want the right answer, briefly
-    (thanks; a correction stating the answer; a request to be shorter). It
-    evaluates the held-out prompts before and after, runs the control (learning
-    off) and writes learn.json and learn.png to the work directory. Ctrl-C stops
-    everything it started.
+    Starts what is not running (the local broker unless KAFKA_BOOTSTRAP_SERVERS is set),
+    then the policy server, the capture proxy, a scoring worker and the trainer, and a
+    population of simulated users who want the right answer, briefly (thanks; a
+    correction stating the answer; a request to be shorter). It evaluates the held-out
+    prompts before and after, runs the control (learning off) and writes learn.json and
+    learn.png to the work directory. Ctrl-C stops everything it started.
 
-    Exit status: 0 when the run finished; 3 when it finished with the verdict
-    "reward hacking" (held-out accuracy at the final version more than 0.05 below
-    version 0's); 130 when interrupted; 1 on an error.
+    Exit status: 0 when the run finished; 3 when it finished with the verdict "reward
+    hacking" (held-out accuracy at the final version more than 0.05 below version 0's);
+    130 when interrupted; 1 on an error.
     """
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
         teacher_contrast=teacher_contrast, max_tokens=max_tokens, max_words=max_words,
-        temperature=temperature,
-        eval_samples=eval_samples, eval_prompts=eval_prompts, eval_every=eval_every,
-        control=control, control_sessions=control_sessions, micro_batch_size=micro_batch_size,
-        train_top_layers=train_top_layers, max_ahead=max_ahead, judge=judge,
-        judge_max_tokens=judge_max_tokens, prompts=prompts, workdir=workdir, seed=seed,
-        timeout=timeout,
+        temperature=temperature, eval_samples=eval_samples, eval_prompts=eval_prompts,
+        eval_every=eval_every, control=control, control_sessions=control_sessions,
+        micro_batch_size=micro_batch_size, train_top_layers=train_top_layers,
+        max_ahead=max_ahead, judge=judge, judge_max_tokens=judge_max_tokens, prompts=prompts,
+        workdir=workdir, seed=seed, timeout=timeout, console=with_console,
+        console_port=console_port,
     )  # fmt: skip
     run_and_report(options, "run")
 

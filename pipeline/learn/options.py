@@ -64,11 +64,18 @@ class LearnOptions:
     judge_max_tokens: int | None = None  # per vote (None: 256 embedded, else the worker's 4,096)
     seed: int = 0
     server_threads: int | None = None
+    console: bool = False  # `turnstream console` on the run's topics, while it runs
+    console_port: int | None = None  # its port (None: the console's setting, 8080; 0: any free)
     timeout_s: float = 1800.0
     trainer_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check_mode()
+        if self.console_port is not None and not 0 <= self.console_port <= 65535:
+            raise ConfigError(
+                f"console_port (--console-port) {self.console_port}: give a port from 1 to "
+                "65535, or 0 for any free one"
+            )
         if self.eval_every < 0:
             raise ConfigError(
                 f"eval_every (--eval-every) is {self.eval_every}: give 0 (no evaluation while "
@@ -155,7 +162,16 @@ class LearnOptions:
         return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
 
 
-def demo_options(workdir: Path) -> LearnOptions:
+def demo_options(
+    workdir: Path, console: bool = True, console_port: int | None = None
+) -> LearnOptions:
     """`turnstream demo`: the live loop without its control run, evaluated at version 8 on
-    the way (`turnstream learn` is the full, measured run)."""
-    return dataclasses.replace(LearnOptions(), workdir=workdir, control=False, eval_every=8)
+    the way, with the console (`turnstream learn` is the full, measured run)."""
+    return dataclasses.replace(
+        LearnOptions(),
+        workdir=workdir,
+        control=False,
+        eval_every=8,
+        console=console,
+        console_port=console_port,
+    )

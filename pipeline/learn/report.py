@@ -71,6 +71,7 @@ class LearnReport:
     options: dict[str, Any]
     preference: str
     topic_prefix: str = ""
+    console_url: str | None = None  # the console started beside the run (None: none was)
     versions: list[VersionStats] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)
     alignment: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +90,7 @@ class LearnReport:
             "options": self.options,
             "preference": self.preference,
             "topic_prefix": self.topic_prefix,
+            "console_url": self.console_url,
             "per_version": [v.to_json() for v in self.versions],
             "eval": self.evaluation,
             "verdict": self.verdict,

@@ -32,6 +32,7 @@ from pipeline.learn.stack import (
     Proc,
     TeacherServer,
     judge_backend,
+    start_console,
     start_proxy,
     start_server,
     start_teacher,
@@ -108,6 +109,7 @@ class LearnRun:
         self.children = Children()  # stopped together, before the broker
         self.cleanup.callback(self.children.stop)
         admin.apply(s)
+        self._console()
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)
         judge = self._judge()
@@ -135,6 +137,24 @@ class LearnRun:
             f"{s.topic_prefix}*; logs in {w}"
         )
         self._phase("start")
+
+    def _console(self) -> None:
+        """`turnstream console` on the run's topics, its URL printed and in learn.json; one
+        that does not start is a warning and the run goes on without it."""
+        o = self.options
+        if not o.console:
+            return
+        tokenizer = self.model if o.mode != "rl" else None  # OPD tokens shown as text
+        try:
+            served = start_console(self.settings, self.workdir, o.console_port, tokenizer)
+        except TurnstreamError as exc:
+            self.console.print(
+                f"[yellow]warning:[/] the console did not start, the run goes on without it: {exc}"
+            )
+            return
+        self._keep(served.proc)
+        self.report.console_url = served.url
+        self.console.print(f"console: {served.url} (the run's samples and versions, live)")
 
     def start_training(self) -> None:
         """The trainer, once version 0 is evaluated: its start (torch, DeepSpeed, the model)

@@ -15,10 +15,12 @@ from typing import Any
 
 import yaml
 
-from pipeline.processes import fresh_dir, spawn_cli, wait_http_ok
+from pipeline.errors import TurnstreamError
+from pipeline.processes import fresh_dir, spawn_cli, stop_processes, wait_http_ok
 from pipeline.settings import Settings
 
 Proc = subprocess.Popen[bytes]
+CONSOLE_START_S = 60.0  # the console answers within seconds; past this the run goes on without
 
 
 def free_port() -> int:
@@ -208,3 +210,40 @@ def start_trainer(
     files.config.write_text(yaml.safe_dump(config, sort_keys=False))
     args = ["train", "--config", str(files.config), "--ledger", str(files.ledger)]
     return spawn_cli(args, child_env(settings), files.log), files
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on ``host``:``port`` (a console started there would
+    exit, and the page at that address would be someone else's)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def start_console(
+    settings: Settings, workdir: Path, port: int | None, tokenizer: Path | None
+) -> Served:
+    """`turnstream console`, read-only, on the run's broker and topics, at ``port`` (None: the
+    console's setting; 0: a free one); returns once it answers /api/status. ``tokenizer``:
+    the policy's, to show OPD tokens as text. A console that does not answer is stopped and
+    a TurnstreamError saying why (its log's tail) is raised: the caller warns and goes on."""
+    host = settings.console.host
+    port = settings.console.port if port is None else (port or free_port())
+    if port_in_use(host, port):
+        raise TurnstreamError(f"port {port} on {host} is in use: give --console-port")
+    args = ["console", "--host", host, "--port", str(port), "--loglevel", "warning"]
+    if tokenizer is not None:
+        args += ["--tokenizer", str(tokenizer)]
+    log = workdir / "console.log"
+    proc = spawn_cli(args, child_env(settings), log)
+    url = f"http://{host}:{port}/"
+    try:
+        wait_http_ok(url + "api/status", proc, log, "the console", CONSOLE_START_S)
+    except TurnstreamError:
+        stop_processes([proc])
+        raise
+    return Served(proc, url)
