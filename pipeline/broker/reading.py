@@ -160,6 +160,18 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     return set(cluster.partitions_for_topic(topic) or ())
 
 
+async def log_bounds(
+    consumer: AIOKafkaConsumer, topic: str
+) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """``topic``'s partitions, each one's log start and its end now; a topic that does not
+    exist is a BrokerError that says how to make it."""
+    parts = sorted(await partitions_of(consumer, topic))
+    if not parts:
+        raise BrokerError(f"topic {topic} does not exist; run `turnstream topics apply`")
+    tps = [TopicPartition(topic, p) for p in parts]
+    return tps, await consumer.beginning_offsets(tps), await consumer.end_offsets(tps)
+
+
 async def read_range(
     consumer: AIOKafkaConsumer,
     span: TopicRange,

@@ -37,8 +37,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from pipeline.broker.bulk import batch_sender, group_consumer
-from pipeline.broker.reading import partitions_of
-from pipeline.errors import BrokerError, RolloutError
+from pipeline.broker.reading import log_bounds
+from pipeline.errors import RolloutError
 from pipeline.rollouts.stage import DeadLetterSink, RolloutStage
 from pipeline.rollouts.tasks import Task, parse_task
 from pipeline.settings import Settings
@@ -234,13 +234,7 @@ class TaskFeed:
 
     async def _ends(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """The end now of each partition that holds records (retention may have emptied one)."""
-        topic = self.plan.topic
-        parts = sorted(await partitions_of(consumer, topic))
-        if not parts:
-            raise BrokerError(f"topic {topic} does not exist; run `turnstream topics apply`")
-        tps = [TopicPartition(topic, p) for p in parts]
-        firsts = await consumer.beginning_offsets(tps)
-        ends = await consumer.end_offsets(tps)
+        tps, firsts, ends = await log_bounds(consumer, self.plan.topic)
         return {tp: ends[tp] for tp in tps if ends[tp] > firsts[tp]}
 
     async def _reached(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:

@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from kafka import KafkaProducer
 from kafka.producer.future import FutureRecordMetadata
 
 from pipeline.broker.bulk import range_consumer
 from pipeline.broker.clients import flush_or_raise, producer
-from pipeline.broker.reading import STALL_S, TopicRange, clamp, partitions_of, read_range
+from pipeline.broker.reading import STALL_S, TopicRange, clamp, log_bounds, read_range
 from pipeline.deadletters import DeadLetters
 from pipeline.errors import BrokerError, EventDecodeError
 from pipeline.events import RetryRecord, decode_as, encode
@@ -92,12 +92,7 @@ async def _requeue(
 
 async def _not_requeued(consumer: AIOKafkaConsumer, topic: str) -> TopicRange:
     """Each partition of ``topic`` from the group's commit (none: the log start) to its end."""
-    parts = sorted(await partitions_of(consumer, topic))
-    if not parts:
-        raise BrokerError(f"topic {topic} does not exist; run `turnstream topics apply`")
-    tps = [TopicPartition(topic, p) for p in parts]
-    firsts = await consumer.beginning_offsets(tps)
-    ends = await consumer.end_offsets(tps)
+    tps, firsts, ends = await log_bounds(consumer, topic)
     committed = {tp.partition: await consumer.committed(tp) for tp in tps}
     spans = clamp(
         {tp.partition: firsts[tp] for tp in tps},
