@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system model judge demo demo-recorded learn test test-unit test-kafka soak lint format bench kafka-jars clean
+.PHONY: setup system model judge demo demo-recorded learn test test-unit test-kafka test-cluster soak lint format bench kafka-jars clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ test-unit: setup
 
 test-kafka: setup kafka-jars
 	$(BIN)/pytest tests/kafka
+
+# A three-broker cluster of its own: broker, controller and rolling faults under load (the
+# figures are printed, one "cluster fault" line per scenario).
+test-cluster: setup kafka-jars
+	$(BIN)/pytest tests/cluster -m cluster -o addopts="-ra --strict-markers" -s
 
 soak: setup kafka-jars
 	$(BIN)/pytest -m slow -o addopts=""

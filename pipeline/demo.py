@@ -27,6 +27,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from pipeline.broker.cluster import LocalCluster, local_broker
 from pipeline.broker.following import Follower, Partition, log_ends
 from pipeline.broker.local import LocalKafka
 from pipeline.errors import TurnstreamError
@@ -231,8 +232,8 @@ def run_demo(
     report = DemoReport()
     with ExitStack() as cleanup:
         if settings.uses_local_broker:
-            local = LocalKafka(settings.local_kafka, log=console.print)
-            if local.pid() is None:
+            local = local_broker(settings.local_kafka, log=console.print)
+            if not local.running:
                 local.start()
                 if not keep_broker:
                     cleanup.callback(_stop_broker, local, console)
@@ -343,6 +344,6 @@ def _handles_usr1(pid: int, waited_s: float) -> bool:
     return waited_s > 30
 
 
-def _stop_broker(local: LocalKafka, console: Console) -> None:
+def _stop_broker(local: LocalKafka | LocalCluster, console: Console) -> None:
     local.stop()
     console.print("stopped the local broker this demo started")

@@ -8,6 +8,7 @@ imported from there like every settings class.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,12 +19,14 @@ from pipeline.settings_sources import EnvThenFile, shipped_file
 
 
 class LocalKafkaSettings(EnvThenFile):
-    """The embedded single-node broker used when no cluster is configured."""
+    """The embedded broker (or local cluster of brokers) used when no cluster is configured."""
 
     model_config = SettingsConfigDict(env_prefix="TURNSTREAM_KAFKA_", frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535, description="client (PLAINTEXT) port")
+    port: int = Field(
+        9092, ge=1, le=65535, description="client (PLAINTEXT) port; node N of a cluster: + 2(N-1)"
+    )
     controller_port: int | None = Field(
         None, ge=1, le=65535, description="KRaft controller port; default port + 1"
     )
@@ -35,12 +38,33 @@ class LocalKafkaSettings(EnvThenFile):
     pom: Path = Field(
         default_factory=lambda: shipped_file("deploy/local/kafka/pom.xml", "kafka-pom.xml")
     )
-    heap: str = Field("1G", description="-Xmx and -Xms of the broker JVM")
+    brokers: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="how many local brokers `kafka start` runs (3: a three-voter KRaft quorum); "
+        "a data dir once started keeps its count",
+    )
+    heap: str = Field("1G", description="-Xmx and -Xms of each broker JVM")
     start_timeout_s: float = Field(90.0, gt=0)
 
     @property
+    def layout_file(self) -> Path:
+        """Written by a local cluster's start: how many brokers its data dir holds."""
+        return self.data_dir / "cluster.json"
+
+    @property
+    def node_count(self) -> int:
+        """The brokers of the data dir as started (its layout file), else ``brokers``."""
+        try:
+            return int(json.loads(self.layout_file.read_text())["brokers"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return self.brokers
+
+    @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        """Every local broker's host:port, comma-separated."""
+        return ",".join(f"{self.host}:{self.port + 2 * n}" for n in range(self.node_count))
 
     @property
     def controller(self) -> int:

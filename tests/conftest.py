@@ -89,10 +89,13 @@ def _raw_records_undone() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/kafka/ is in the `kafka` tier, under tests/model/ in `model`."""
+    """Everything under tests/kafka/ is in the `kafka` tier, under tests/model/ in `model`,
+    under tests/cluster/ in `cluster` (a three-broker cluster of its own: make test-cluster)."""
     for item in items:
         if "/tests/kafka/" in str(item.fspath):
             item.add_marker(pytest.mark.kafka)
+        if "/tests/cluster/" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
         if "/tests/model/" in str(item.fspath):
             item.add_marker(pytest.mark.model)
 

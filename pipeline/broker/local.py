@@ -1,10 +1,15 @@
-"""The embedded single-node Kafka broker (KRaft), run from Maven Central jars.
+"""The embedded Kafka broker (KRaft), run from Maven Central jars.
 
 ``deploy/local/kafka/pom.xml`` names the broker and its log4j2 binding; Maven
 copies them into a cache directory and the machine's Java runs
-``kafka.tools.StorageTool format --standalone`` once, then ``kafka.Kafka``.
-Nothing of Kafka is vendored into the repository. By default the client
-listener is PLAINTEXT; tests of security give it a ``SaslSslListener``.
+``kafka.tools.StorageTool format`` once, then ``kafka.Kafka``. Nothing of Kafka
+is vendored into the repository. By default the client listener is PLAINTEXT;
+tests of security give it a ``SaslSslListener``.
+
+One ``LocalKafka`` is one node (broker and controller in one process). Alone it
+is a standalone quorum in the data dir itself; as node N of a cluster
+(:mod:`pipeline.broker.cluster`) it lives in ``node-N/`` with its ports
+``2 * (N - 1)`` above the first node's, and the quorum is every node.
 """
 
 from __future__ import annotations
@@ -77,18 +82,25 @@ class BrokerStatus:
 
 
 class LocalKafka:
-    """Start, stop and inspect the one local broker this project owns."""
+    """Start, stop and inspect one local broker (alone, or node ``node`` of ``nodes``)."""
 
     def __init__(
         self,
         settings: LocalKafkaSettings,
         log: Callable[[str], None] = print,
         sasl_ssl: SaslSslListener | None = None,
+        node: int = 1,
+        nodes: int = 1,
+        cluster_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.log = log
         self.sasl_ssl = sasl_ssl
-        self.data_dir = settings.data_dir.resolve()
+        self.node, self.nodes, self.cluster_id = node, nodes, cluster_id
+        self.port = settings.port + 2 * (node - 1)
+        self.controller = settings.controller + 2 * (node - 1)
+        root = settings.data_dir.resolve()
+        self.data_dir = root if nodes == 1 else root / f"node-{node}"
         self.storage = self.data_dir / "data"
         self.logs = self.data_dir / "logs"
         self.pid_file = self.data_dir / "broker.pid"
@@ -129,12 +141,21 @@ class LocalKafka:
         marker.write_text(pom.read_text())
         return self.jars
 
+    @property
+    def bootstrap(self) -> str:
+        """This node's client address."""
+        return f"{self.settings.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.pid() is not None
+
     def _listener_lines(self) -> list[str]:
-        s = self.settings
+        host = self.settings.host
         client = "SASL_SSL" if self.sasl_ssl else "PLAINTEXT"
         lines = [
-            f"listeners={client}://{s.host}:{s.port},CONTROLLER://{s.host}:{s.controller}",
-            f"advertised.listeners={client}://{s.host}:{s.port}",
+            f"listeners={client}://{host}:{self.port},CONTROLLER://{host}:{self.controller}",
+            f"advertised.listeners={client}://{self.bootstrap}",
             "controller.listener.names=CONTROLLER",
             f"inter.broker.listener.name={client}",
             f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{client}:{client}",
@@ -156,25 +177,35 @@ class LocalKafka:
             ]
         return lines
 
-    def _write_configs(self) -> None:
-        s = self.settings
+    def _quorum_line(self) -> str:
+        host = self.settings.host
+        if self.nodes == 1:
+            return f"controller.quorum.bootstrap.servers={host}:{self.controller}"
+        first = self.controller - 2 * (self.node - 1)
+        voters = (f"{n}@{host}:{first + 2 * (n - 1)}" for n in range(1, self.nodes + 1))
+        return "controller.quorum.voters=" + ",".join(voters)
+
+    def write_configs(self) -> None:
+        """server.properties and log4j2.properties of this node, in its directory."""
+        # internal topics as the cluster profile of topics.yaml: 3 copies, 2 in sync
+        rf, isr = min(self.nodes, 3), min(self.nodes, 2)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self.properties.write_text(
             "\n".join(
                 [
                     "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.bootstrap.servers={s.host}:{s.controller}",
+                    f"node.id={self.node}",
+                    self._quorum_line(),
                     *self._listener_lines(),
                     f"log.dirs={self.storage}",
                     "num.partitions=1",
                     "auto.create.topics.enable=false",
-                    "offsets.topic.replication.factor=1",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
+                    f"offsets.topic.replication.factor={rf}",
+                    f"transaction.state.log.replication.factor={rf}",
+                    f"transaction.state.log.min.isr={isr}",
+                    f"share.coordinator.state.topic.replication.factor={rf}",
+                    f"share.coordinator.state.topic.min.isr={isr}",
                     "group.initial.rebalance.delay.ms=0",
                     "message.max.bytes=16777216",
                     "",
@@ -200,7 +231,7 @@ class LocalKafka:
     def _format_storage(self) -> None:
         if (self.storage / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self.cluster_id or new_cluster_id()
         cmd = self._java(
             "kafka.tools.StorageTool",
             "format",
@@ -208,7 +239,8 @@ class LocalKafka:
             f"--cluster-id={cluster_id}",
             "-c",
             str(self.properties),
-            "--standalone",
+            # alone: a quorum of one; in a cluster the voters are in the properties
+            *(["--standalone"] if self.nodes == 1 else []),
             *(
                 ["--add-scram", f"SCRAM-SHA-512=[name={t.username},password={t.password}]"]
                 if (t := self.sasl_ssl)
@@ -231,22 +263,33 @@ class LocalKafka:
 
     def status(self) -> BrokerStatus:
         pid = self.pid()
-        return BrokerStatus(pid is not None, pid, self.settings.bootstrap, self.data_dir)
+        return BrokerStatus(pid is not None, pid, self.bootstrap, self.data_dir)
 
     def start(self) -> BrokerStatus:
         """Start the broker unless it runs already; return once it answers metadata."""
         if self.pid() is not None:
-            self.log(f"Kafka already running at {self.settings.bootstrap} (pid {self.pid()})")
+            self.log(f"Kafka already running at {self.bootstrap} (pid {self.pid()})")
             return self.status()
-        for port in (self.settings.port, self.settings.controller):
+        self.resolve_jars()
+        started = time.monotonic()
+        proc = self.launch()
+        self.wait_ready(proc)
+        self.log(
+            f"Kafka ready at {self.bootstrap} (pid {proc.pid}) in {time.monotonic() - started:.1f}s"
+        )
+        return self.status()
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Write the configs, format the storage once and start the process (no waiting:
+        a node of a cluster answers only once a majority of the quorum is up)."""
+        for port in (self.port, self.controller):
             if _port_in_use(self.settings.host, port):
                 raise BrokerError(
                     f"port {self.settings.host}:{port} is already in use by another process; "
                     "stop it or choose other ports with TURNSTREAM_KAFKA_PORT / "
                     "TURNSTREAM_KAFKA_CONTROLLER_PORT"
                 )
-        self.resolve_jars()
-        self._write_configs()
+        self.write_configs()
         self._format_storage()
         out = open(self.logs / "broker.out", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
@@ -258,15 +301,9 @@ class LocalKafka:
         )
         out.close()
         self.pid_file.write_text(str(proc.pid))
-        started = time.monotonic()
-        self._wait_ready(proc)
-        self.log(
-            f"Kafka ready at {self.settings.bootstrap} (pid {proc.pid}) "
-            f"in {time.monotonic() - started:.1f}s"
-        )
-        return self.status()
+        return proc
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
+    def wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -274,9 +311,10 @@ class LocalKafka:
                 raise BrokerError(
                     f"Kafka exited with code {proc.returncode} while starting.\n{self.log_tail()}"
                 )
-            s = self.settings
             secure = self.sasl_ssl.client_config() if self.sasl_ssl else {}
-            if _port_in_use(s.host, s.port) and _answers_metadata(s.bootstrap, secure):
+            if _port_in_use(self.settings.host, self.port) and _answers_metadata(
+                self.bootstrap, secure
+            ):
                 return
             time.sleep(0.5)
         self.stop()
@@ -287,11 +325,34 @@ class LocalKafka:
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker this data dir started (and nothing else). True if one was stopped."""
+        return self.terminate() and self.wait_stopped(timeout_s)
+
+    def terminate(self) -> bool:
+        """SIGTERM to the broker (a controlled shutdown); False when none runs."""
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
         os.kill(pid, signal.SIGTERM)
+        return True
+
+    def kill(self) -> int:
+        """SIGKILL to the broker, reaped; its pid. For fault tests: nothing is flushed."""
+        pid = self.pid()
+        if pid is None:
+            raise BrokerError(f"no broker runs from {self.data_dir}")
+        os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.05)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
+
+    def wait_stopped(self, timeout_s: float = 30.0) -> bool:
+        """Wait for a terminated broker to exit, SIGKILL it past ``timeout_s``."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.2)
@@ -313,6 +374,11 @@ class LocalKafka:
         return "\n".join(chunks) or f"(no broker log under {self.logs})"
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (what ``kafka-storage random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 def _alive(pid: int) -> bool:
     try:
         # A zombie child of ours still "exists"; reap it if it is one.
@@ -331,19 +397,29 @@ def _alive(pid: int) -> bool:
 
 def free_port_pair() -> int:
     """A port p with p and p + 1 both free on 127.0.0.1."""
-    for _ in range(50):
+    return free_ports(2)
+
+
+def free_ports(count: int) -> int:
+    """A port p with p .. p + count - 1 all free on 127.0.0.1 (a cluster's nodes)."""
+    for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port >= 65535:
+        if port + count - 1 > 65535:
             continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of ports on 127.0.0.1")
+        if all(_bindable(port + i) for i in range(1, count)):
+            return port
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -352,17 +428,23 @@ def _port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def _answers_metadata(bootstrap: str, client_config: dict[str, Any]) -> bool:
+def admin_for(bootstrap: str, client_config: dict[str, Any] | None = None) -> Any:
+    """A kafka-python admin client of one local node, quick to give up (3 s)."""
     from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=3000,
+        bootstrap_timeout_ms=3000,
+        **(client_config or {}),
+    )
+
+
+def _answers_metadata(bootstrap: str, client_config: dict[str, Any]) -> bool:
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            request_timeout_ms=3000,
-            bootstrap_timeout_ms=3000,
-            **client_config,
-        )
+        admin = admin_for(bootstrap, client_config)
     except (KafkaError, OSError, ValueError):
         return False
     try:

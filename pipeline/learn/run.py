@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pipeline.broker.local import LocalKafka
+from pipeline.broker.cluster import local_broker
 from pipeline.errors import TurnstreamError
 from pipeline.learn import alignment, freshness, sentinels
 from pipeline.learn.evaluate import EvalProgress, EvalResult, evaluate
@@ -372,8 +372,8 @@ def _broker(settings: Settings, cleanup: ExitStack, console: Console) -> None:
     if not settings.uses_local_broker:
         console.print(f"using the cluster at {settings.bootstrap_servers}")
         return
-    local = LocalKafka(settings.local_kafka, log=console.print)
-    if local.pid() is not None:
+    local = local_broker(settings.local_kafka, log=console.print)
+    if local.running:
         console.print(f"using the running local broker at {settings.bootstrap_servers}")
         return
     local.start()
