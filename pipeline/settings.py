@@ -339,6 +339,7 @@ class Settings(EnvThenFile):
 
     topics_file: Path = Field(default_factory=lambda: shipped_file("topics.yaml", "topics.yaml"))
     topic_prefix: str = Field("", description="prepended to every topic name (namespaces, tests)")
+    topics_profile: str | None = Field(None, description="a profile of topics.yaml, e.g. cluster")
     client_id: str = "turnstream"
     producer_compression: Literal["gzip", "none", "lz4", "snappy", "zstd"] = "gzip"
     producer_gzip_level: int = Field(
@@ -353,6 +354,11 @@ class Settings(EnvThenFile):
     models: ModelSettings = Field(default_factory=lambda: ModelSettings())
     serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
 
+    @field_validator("topics_profile")
+    @classmethod
+    def _no_empty_profile(cls, value: str | None) -> str | None:
+        return value or None  # TURNSTREAM_TOPICS_PROFILE= (empty) means no profile
+
     @property
     def uses_local_broker(self) -> bool:
         return not self.kafka.bootstrap_servers
@@ -363,7 +369,9 @@ class Settings(EnvThenFile):
 
     @property
     def topics(self) -> Topics:
-        return _load_topics_cached(self.topics_file, self.topic_prefix, _mtime(self.topics_file))
+        return _load_topics_cached(
+            self.topics_file, self.topic_prefix, self.topics_profile, _mtime(self.topics_file)
+        )
 
 
 def _mtime(path: Path) -> int:
@@ -374,8 +382,8 @@ def _mtime(path: Path) -> int:
 
 
 @lru_cache(maxsize=32)
-def _load_topics_cached(path: Path, prefix: str, _mtime_ns: int) -> Topics:
-    return load_topics(path, prefix=prefix)
+def _load_topics_cached(path: Path, prefix: str, profile: str | None, _mtime_ns: int) -> Topics:
+    return load_topics(path, prefix=prefix, profile=profile)
 
 
 def load_settings(**overrides: Any) -> Settings:

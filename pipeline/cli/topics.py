@@ -5,21 +5,30 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from pipeline.settings import load_settings
+from pipeline.settings import Settings, load_settings
 from pipeline.topics import admin
 
 app = typer.Typer(help="Compare, apply and export topics.yaml.", no_args_is_help=True)
 console = Console(soft_wrap=True)
 
+PROFILE_HELP = "a profile of topics.yaml, e.g. cluster (default: TURNSTREAM_TOPICS_PROFILE)"
+
+
+def settings_with_profile(profile: str | None) -> Settings:
+    """The settings, with ``--profile`` (when given) in place of TURNSTREAM_TOPICS_PROFILE."""
+    return load_settings(topics_profile=profile) if profile else load_settings()
+
 
 @app.command()
-def plan() -> None:
+def plan(profile: str | None = typer.Option(None, help=PROFILE_HELP)) -> None:
     """Print the difference between topics.yaml and the cluster (changes nothing)."""
-    settings = load_settings()
+    settings = settings_with_profile(profile)
     changes = admin.plan(settings)
+    against = f"{settings.bootstrap_servers} against {settings.topics.described}"
     if not changes:
-        console.print(f"{settings.topics.source}: the cluster matches; nothing to change")
+        console.print(f"{against}: the cluster matches; nothing to change", highlight=False)
         return
+    console.print(f"{against}:", highlight=False)
     for change in changes:
         console.print(str(change), highlight=False)
     if any(c.kind == "refused" for c in changes):
@@ -27,12 +36,12 @@ def plan() -> None:
 
 
 @app.command()
-def apply() -> None:
+def apply(profile: str | None = typer.Option(None, help=PROFILE_HELP)) -> None:
     """Create missing topics, raise partitions and alter configs to match topics.yaml."""
-    settings = load_settings()
+    settings = settings_with_profile(profile)
     changes = admin.apply(settings)
     if not changes:
-        console.print(f"{settings.topics.source}: the cluster matches; nothing changed")
+        console.print(f"{settings.topics.described}: the cluster matches; nothing changed")
         return
     for change in changes:
         console.print(str(change), highlight=False)
@@ -44,8 +53,10 @@ def export(
     format: str = typer.Option("strimzi", "--format", help="only 'strimzi' (KafkaTopic)"),
     cluster: str = typer.Option("turnstream", help="value of the strimzi.io/cluster label"),
     namespace: str | None = typer.Option(None, help="metadata.namespace of each manifest"),
+    profile: str | None = typer.Option(None, help=PROFILE_HELP),
 ) -> None:
     """Print topics.yaml as Kubernetes manifests."""
     if format != "strimzi":
         raise typer.BadParameter(f"unknown format {format!r}; supported: strimzi")
-    typer.echo(admin.export_strimzi(load_settings().topics, cluster, namespace), nl=False)
+    topics = settings_with_profile(profile).topics
+    typer.echo(admin.export_strimzi(topics, cluster, namespace), nl=False)

@@ -52,14 +52,25 @@ def _current_state(admin: KafkaAdminClient, names: list[str]) -> dict[str, dict[
     return state
 
 
-def diff(topics: Topics, state: dict[str, dict[str, Any]]) -> list[Change]:
-    """The changes that would make ``state`` (the cluster) match ``topics`` (the file)."""
+def _live_brokers(admin: KafkaAdminClient) -> int:
+    """How many brokers can hold replicas now (a fenced one cannot)."""
+    brokers = admin.describe_cluster()["brokers"]
+    return sum(1 for broker in brokers if not broker.get("is_fenced", False))
+
+
+def diff(
+    topics: Topics, state: dict[str, dict[str, Any]], brokers: int | None = None
+) -> list[Change]:
+    """The changes that would make ``state`` (the cluster) match ``topics`` (the file).
+
+    ``brokers`` (the cluster's live brokers, None when unknown) refuses a topic that would
+    need more replicas than there are brokers to hold them.
+    """
     changes: list[Change] = []
     for spec in topics:
         cur = state.get(spec.name)
         if cur is None:
-            detail = f"create with {spec.partitions} partitions, RF {spec.replication_factor}"
-            changes.append(Change("create", spec.name, detail, spec))
+            changes.append(_create(spec, brokers))
             continue
         if spec.partitions > cur["partitions"]:
             detail = f"partitions {cur['partitions']} -> {spec.partitions}"
@@ -71,12 +82,7 @@ def diff(topics: Topics, state: dict[str, dict[str, Any]]) -> list[Change]:
             )
             changes.append(Change("refused", spec.name, detail, spec))
         if spec.replication_factor != cur["replication_factor"]:
-            detail = (
-                f"replication factor {cur['replication_factor']} -> "
-                f"{spec.replication_factor} needs a partition reassignment, "
-                "which `topics apply` does not do"
-            )
-            changes.append(Change("refused", spec.name, detail, spec))
+            changes.append(_replication_change(spec, cur["replication_factor"], brokers))
         wrong = {k: v for k, v in spec.configs.items() if cur["configs"].get(k) != v}
         if wrong:
             detail = ", ".join(f"{k}: {cur['configs'].get(k)} -> {v}" for k, v in wrong.items())
@@ -84,10 +90,33 @@ def diff(topics: Topics, state: dict[str, dict[str, Any]]) -> list[Change]:
     return changes
 
 
-def plan(settings: Settings) -> list[Change]:
+def _create(spec: TopicSpec, brokers: int | None) -> Change:
+    detail = f"create with {spec.partitions} partitions, RF {spec.replication_factor}"
+    if brokers is not None and spec.replication_factor > brokers:
+        detail += f": needs {spec.replication_factor} brokers, the cluster has {brokers}"
+        return Change("refused", spec.name, detail, spec)
+    return Change("create", spec.name, detail, spec)
+
+
+def _replication_change(spec: TopicSpec, current: int, brokers: int | None) -> Change:
+    """Always refused: a topic's replication factor is no config Kafka can alter."""
+    detail = (
+        f"replication factor {current} -> {spec.replication_factor}: Kafka cannot change it "
+        "by a config, and `topics apply` does not move replicas; reassign the partitions "
+        f"with kafka-reassign-partitions.sh (--generate, then --execute a plan of "
+        f"{spec.replication_factor} replicas a partition), or recreate the topic"
+    )
+    if brokers is not None and spec.replication_factor > brokers:
+        detail += f" (the cluster has {brokers} broker(s))"
+    return Change("refused", spec.name, detail, spec)
+
+
+def _observe(settings: Settings) -> tuple[dict[str, dict[str, Any]], int]:
+    """The cluster's state of the topics of ``settings`` and its number of live brokers."""
     admin = admin_client(settings)
     try:
-        return diff(settings.topics, _current_state(admin, [s.name for s in settings.topics]))
+        state = _current_state(admin, [s.name for s in settings.topics])
+        return state, _live_brokers(admin)
     except KafkaError as exc:
         raise BrokerError(
             f"reading topics from {settings.bootstrap_servers} failed: {exc}"
@@ -96,18 +125,45 @@ def plan(settings: Settings) -> list[Change]:
         admin.close()
 
 
+def plan(settings: Settings) -> list[Change]:
+    state, brokers = _observe(settings)
+    return diff(settings.topics, state, brokers)
+
+
+def short_of_brokers(topics: Topics, brokers: int, bootstrap: str) -> str | None:
+    """A sentence when ``topics`` want more replicas than the cluster has brokers."""
+    rf = max(spec.replication_factor for spec in topics)
+    if rf <= brokers:
+        return None
+    wants = f"profile {topics.profile}" if topics.profile else str(topics.source)
+    return (
+        f"{wants} wants replication factor {rf} but the cluster at {bootstrap} has "
+        f"{brokers} broker(s); start {rf} brokers or more (locally: turnstream kafka start "
+        f"--brokers {rf}), or use a profile with a replication factor of {brokers} or less"
+    )
+
+
 def apply(settings: Settings) -> list[Change]:
     """Create, grow and reconfigure topics; refuse (changing nothing) what Kafka cannot do."""
-    changes = plan(settings)
+    state, brokers = _observe(settings)
+    changes = diff(settings.topics, state, brokers)
     refused = [c for c in changes if c.kind == "refused"]
     if refused:
+        shortage = short_of_brokers(settings.topics, brokers, settings.bootstrap_servers)
         lines = "\n".join(f"  {c}" for c in refused)
         raise TopicPlanError(
-            f"{settings.topics.source} asks for changes Kafka cannot make; nothing was changed:\n"
-            f"{lines}\nEdit topics.yaml to match the cluster, or recreate the topic."
+            (f"{shortage}\n" if shortage else "")
+            + f"{settings.topics.described} asks for changes Kafka cannot make; nothing was "
+            f"changed:\n{lines}\nEdit topics.yaml to match the cluster, or recreate the topic."
         )
-    if not changes:
-        return []
+    if changes:
+        _make(settings, changes)
+        _wait_converged(settings)
+    return changes
+
+
+def _make(settings: Settings, changes: list[Change]) -> None:
+    """Send ``changes`` (none of them refused) to the cluster."""
     admin = admin_client(settings)
     try:
         creates = {
@@ -135,8 +191,6 @@ def apply(settings: Settings) -> list[Change]:
         raise BrokerError(f"applying topics to {settings.bootstrap_servers} failed: {exc}") from exc
     finally:
         admin.close()
-    _wait_converged(settings)
-    return changes
 
 
 def _wait_converged(settings: Settings, timeout_s: float = 30.0) -> None:

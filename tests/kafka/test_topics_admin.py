@@ -81,3 +81,36 @@ def test_cli_refusal_exits_nonzero(cli_env: dict[str, str], tmp_path: Path) -> N
     assert result.returncode == 1
     assert "replication factor 1 -> 3" in result.stderr
     assert "nothing was changed" in result.stderr
+
+
+def test_cluster_profile_on_one_broker_is_refused_before_anything_is_created(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    cluster = settings.model_copy(update={"topics_profile": "cluster"})
+    with pytest.raises(TopicPlanError) as info:
+        admin.apply(cluster)
+    assert str(info.value).startswith(
+        f"profile cluster wants replication factor 3 but the cluster at "
+        f"{settings.bootstrap_servers} has 1 broker(s); "
+    )
+    assert "nothing was changed" in str(info.value)
+    assert {c.kind for c in admin.plan(settings)} == {"create"}  # none of the topics exists
+    plan = turnstream("topics", "plan", "--profile", "cluster", env=cli_env)
+    assert plan.returncode == 1
+    assert f"against {settings.topics.source} (profile cluster):" in plan.stdout
+    assert plan.stdout.count("needs 3 brokers, the cluster has 1") == len(REQUIRED_TOPICS)
+    result = turnstream("topics", "apply", "--profile", "cluster", env=cli_env)
+    assert result.returncode == 1
+    assert "profile cluster wants replication factor 3" in result.stderr
+    assert {c.kind for c in admin.plan(settings)} == {"create"}
+
+
+def test_topics_made_without_the_profile_are_refused_with_how_to_reassign(
+    settings: Settings,
+) -> None:
+    admin.apply(settings)
+    changes = admin.plan(settings.model_copy(update={"topics_profile": "cluster"}))
+    refused = [c for c in changes if c.kind == "refused"]
+    assert len(refused) == len(REQUIRED_TOPICS)
+    assert all("kafka-reassign-partitions.sh" in c.detail for c in refused)
+    assert all(c.detail.endswith("(the cluster has 1 broker(s))") for c in refused)

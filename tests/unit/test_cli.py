@@ -36,6 +36,29 @@ def test_strimzi_export_needs_a_known_format() -> None:
     assert result.exit_code != 0 and "unknown format" in result.output
 
 
+def test_strimzi_export_takes_the_profile_from_the_option_before_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import yaml
+
+    def replicas(*args: str) -> set[int]:
+        result = runner.invoke(app, ["topics", "export", *args])
+        assert result.exit_code == 0, result.output
+        return {doc["spec"]["replicas"] for doc in yaml.safe_load_all(result.output)}
+
+    monkeypatch.delenv("TURNSTREAM_TOPICS_FILE", raising=False)
+    monkeypatch.delenv("TURNSTREAM_TOPICS_PROFILE", raising=False)
+    assert replicas() == {1}
+    assert replicas("--profile", "cluster") == {3}
+    monkeypatch.setenv("TURNSTREAM_TOPICS_PROFILE", "cluster")
+    assert replicas() == {3}
+    monkeypatch.setenv("TURNSTREAM_TOPICS_PROFILE", "nope")
+    assert replicas("--profile", "cluster") == {3}
+    result = runner.invoke(app, ["topics", "export", "--profile", "clustr"])
+    assert result.exit_code != 0
+    assert "no profile 'clustr'; the profiles it declares: cluster" in str(result.exception)
+
+
 def test_worker_flags_are_checked_before_anything_starts() -> None:
     import pytest
 

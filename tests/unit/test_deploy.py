@@ -28,6 +28,7 @@ K8S = DEPLOY / "k8s"
 COMPOSE_DIR = DEPLOY / "compose"
 DASHBOARD = DEPLOY / "grafana" / "turnstream.json"
 CLUSTER = NAMESPACE = "turnstream"  # the `topics export` options given in deploy/README.md
+PROFILE = "cluster"  # ... and its --profile, for the three brokers of k8s/kafka.yaml
 OPTIONAL_MANIFESTS = {"monitoring.yaml"}  # needs the Prometheus Operator; applied on its own
 CUSTOM_KINDS = {"Kafka", "KafkaNodePool", "KafkaTopic", "ScaledObject", "PodMonitor"}
 PROMETHEUS_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
@@ -239,12 +240,45 @@ def test_kafka_topic_manifests_are_the_export_of_topics_yaml(
 ) -> None:
     from pipeline.topics.admin import export_strimzi
 
-    for name in ("TURNSTREAM_TOPICS_FILE", "TURNSTREAM_TOPIC_PREFIX", "TURNSTREAM_CONFIG"):
+    for name in (
+        "TURNSTREAM_TOPICS_FILE",
+        "TURNSTREAM_TOPIC_PREFIX",
+        "TURNSTREAM_TOPICS_PROFILE",
+        "TURNSTREAM_CONFIG",
+    ):
         monkeypatch.delenv(name, raising=False)
-    expected = export_strimzi(load_settings().topics, CLUSTER, NAMESPACE)
+    pods = named("ConfigMap", "turnstream-settings")["data"].get("TURNSTREAM_TOPICS_PROFILE")
+    assert pods == PROFILE, "the pods must read the profile the manifests are exported with"
+    expected = export_strimzi(load_settings(topics_profile=PROFILE).topics, CLUSTER, NAMESPACE)
     assert (K8S / "kafka-topics.yaml").read_text() == expected, (
         "deploy/k8s/kafka-topics.yaml is stale: regenerate it as deploy/README.md says"
     )
+
+
+def test_kafka_topics_fit_the_strimzi_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No topic asks for more replicas than there are brokers, and an acks=all write is
+    acknowledged on two of them, so it survives one broker lost, and writes go on then."""
+    from pipeline.topics import load_topics
+
+    monkeypatch.delenv("TURNSTREAM_TOPICS_FILE", raising=False)
+    profile = load_topics(load_settings().topics_file, profile=PROFILE)
+    [pool] = [d for d in manifests() if d["kind"] == "KafkaNodePool"]
+    brokers = pool["spec"]["replicas"]
+    topics = [d for d in manifests() if d["kind"] == "KafkaTopic"]
+    assert {d["spec"]["topicName"] for d in topics} == {s.name for s in profile}
+    for doc in topics:
+        where, spec = f"KafkaTopic {doc['metadata']['name']}", doc["spec"]
+        min_insync = spec["config"]["min.insync.replicas"]
+        assert min_insync == profile[spec["topicName"]].configs["min.insync.replicas"], where
+        assert 2 <= int(min_insync) < spec["replicas"] <= brokers, where
+    # The topics Kafka and Faust create themselves (offsets, transactions, changelogs).
+    broker = named("Kafka", CLUSTER)["spec"]["kafka"]["config"]
+    rf = broker["default.replication.factor"]
+    assert rf == profile.chat_turns.replication_factor <= brokers
+    assert broker["offsets.topic.replication.factor"] == rf
+    assert broker["transaction.state.log.replication.factor"] == rf
+    assert str(broker["min.insync.replicas"]) == profile.chat_turns.configs["min.insync.replicas"]
+    assert broker["transaction.state.log.min.isr"] == broker["min.insync.replicas"]
 
 
 def test_strimzi_cluster_has_what_the_topics_and_clients_need() -> None:

@@ -74,6 +74,30 @@ def test_yaml_settings_file_is_lowest_priority(monkeypatch: pytest.MonkeyPatch, 
     assert settings.topics.chat_turns.name == "from-yaml.chat.turns"
 
 
+def test_topics_profile_setting_picks_the_values_of_topics_yaml(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.scoring.faust_app import faust_app
+
+    monkeypatch.delenv("TURNSTREAM_TOPICS_FILE", raising=False)
+    monkeypatch.delenv("TURNSTREAM_TOPICS_PROFILE", raising=False)
+    plain = load_settings()
+    assert (plain.topics_profile, plain.topics.profile) == (None, None)
+    assert plain.topics.chat_turns.replication_factor == 1
+    monkeypatch.setenv("TURNSTREAM_TOPICS_PROFILE", "cluster")
+    cluster = load_settings()
+    assert cluster.topics.profile == "cluster"
+    assert cluster.topics.chat_turns.replication_factor == 3
+    assert plain.topics.chat_turns.replication_factor == 1  # one cache entry per profile
+    # the workers' changelog topic is replicated as chat.turns
+    assert faust_app(cluster).conf.topic_replication_factor == 3
+    monkeypatch.setenv("TURNSTREAM_TOPICS_PROFILE", "")
+    assert load_settings().topics.profile is None
+    monkeypatch.setenv("TURNSTREAM_TOPICS_PROFILE", "nope")
+    with pytest.raises(ConfigError, match="no profile 'nope'; the profiles it declares: cluster"):
+        load_settings().topics  # noqa: B018
+
+
 def test_security_settings_flow_to_the_faust_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     import faust
 
