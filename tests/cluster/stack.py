@@ -380,7 +380,7 @@ def wait_in_sync(cluster: LocalCluster, topics: list[str], timeout_s: float = 18
     while True:
         described = cluster.ask(lambda a: a.describe_topics(topics))
         short = [
-            (t["topic"], p["partition_index"])
+            (t["name"], p["partition_index"])
             for t in described
             for p in t["partitions"]
             if set(p["isr_nodes"]) != set(p["replica_nodes"])

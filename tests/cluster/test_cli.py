@@ -20,7 +20,7 @@ def topic_state(bootstrap: str, prefix: str) -> dict[str, tuple[int, str]]:
     try:
         names = [t for t in admin.list_topics() if t.startswith(prefix)]
         replicas = {
-            t["topic"]: len(t["partitions"][0]["replica_nodes"])
+            t["name"]: len(t["partitions"][0]["replica_nodes"])
             for t in admin.describe_topics(names)
         }
         resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
