@@ -22,11 +22,12 @@ from itertools import pairwise
 from pathlib import Path
 
 from pipeline.broker.cluster import LocalCluster
+from pipeline.broker.following import Follower
 from pipeline.broker.local import free_port_pair
 from pipeline.events import RetryRecord, Sample, decode_as, decode_input
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.topics import admin
-from pipeline.topics.offsets import end_offsets, group_lag
+from pipeline.topics.offsets import group_lag
 from tests.kafka.helpers import read_all, spawn, wait_http
 from tests.kafka.test_proxy import start_proxy, start_sim
 from tests.kafka.test_scoring_e2e import start_worker
@@ -99,12 +100,13 @@ class Users:
 
 @dataclass
 class Monitor:
-    """Samples samples.scored's end and the trainer's ledger every ``every_s``; the times at
-    which each grew. The thread alone appends; the test reads after :meth:`stop`."""
+    """Follows samples.scored (every partition, no group) and the trainer's ledger: the
+    times at which samples arrived and training went on. A partition whose leader is away
+    holds back only its own records. The thread alone appends; the test reads after
+    :meth:`stop`."""
 
     settings: Settings
     ledger: Path
-    every_s: float = 0.25
     scored_at: list[float] = field(default_factory=list)
     trained_at: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -120,20 +122,19 @@ class Monitor:
             self._thread.join(timeout=60)
 
     def _run(self) -> None:
-        topic = self.settings.topics.samples_scored.name
-        scored = trained = 0
-        while not self._stop.wait(self.every_s):
-            try:
-                now_scored = end_offsets(self.settings, [topic])[topic]
-            except Exception:  # a broker is down: the next sample tells
-                now_scored = scored
-            now_trained = ledger_lines(self.ledger)
-            now = time.monotonic()
-            if now_scored > scored:
-                self.scored_at.append(now)
-            if now_trained > trained:
-                self.trained_at.append(now)
-            scored, trained = max(scored, now_scored), now_trained
+        follower = Follower(self.settings, [self.settings.topics.samples_scored.name])
+        trained = 0
+        try:
+            while not self._stop.is_set():
+                arrived = follower.poll(timeout_ms=200)
+                now, now_trained = time.monotonic(), ledger_lines(self.ledger)
+                if arrived:
+                    self.scored_at.append(now)
+                if now_trained > trained:
+                    self.trained_at.append(now)
+                trained = now_trained
+        finally:
+            follower.close()
 
     def recovery(self, fault_at: float, back_at: float) -> dict[str, float]:
         """Seconds from the fault (and from the broker's return) to the first sample scored
