@@ -94,14 +94,19 @@ class LocalCluster:
         if all(node.running for node in self.nodes):
             self.log(f"Kafka cluster of {self.size} already running at {self.bootstrap}")
             return self.status()
+        stopped = [node for node in self.nodes if not node.running]
+        for node in stopped:
+            node.check_ports()
         self.nodes[0].resolve_jars()
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.settings.layout_file.write_text(
             json.dumps({"brokers": self.size, "cluster_id": self.cluster_id}) + "\n"
         )
         started = time.monotonic()
-        launched = {node.node: node.launch() for node in self.nodes if not node.running}
+        launched = {}
         try:
+            for node in stopped:
+                launched[node.node] = node.launch()
             for node in self.nodes:
                 if node.node in launched:
                     node.wait_ready(launched[node.node])

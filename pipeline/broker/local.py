@@ -282,13 +282,7 @@ class LocalKafka:
     def launch(self) -> subprocess.Popen[bytes]:
         """Write the configs, format the storage once and start the process (no waiting:
         a node of a cluster answers only once a majority of the quorum is up)."""
-        for port in (self.port, self.controller):
-            if _port_in_use(self.settings.host, port):
-                raise BrokerError(
-                    f"port {self.settings.host}:{port} is already in use by another process; "
-                    "stop it or choose other ports with TURNSTREAM_KAFKA_PORT / "
-                    "TURNSTREAM_KAFKA_CONTROLLER_PORT"
-                )
+        self.check_ports()
         self.write_configs()
         self._format_storage()
         out = open(self.logs / "broker.out", "ab")  # noqa: SIM115 - handed to the child
@@ -302,6 +296,16 @@ class LocalKafka:
         out.close()
         self.pid_file.write_text(str(proc.pid))
         return proc
+
+    def check_ports(self) -> None:
+        """Refuse, before anything starts, ports another process holds."""
+        for port in (self.port, self.controller):
+            if _port_in_use(self.settings.host, port):
+                raise BrokerError(
+                    f"port {self.settings.host}:{port} is already in use by another process; "
+                    "stop it or choose other ports with TURNSTREAM_KAFKA_PORT / "
+                    "TURNSTREAM_KAFKA_CONTROLLER_PORT"
+                )
 
     def wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s

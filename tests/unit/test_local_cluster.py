@@ -86,3 +86,15 @@ def test_free_ports_are_consecutive_and_bindable() -> None:
     for port in range(first, first + 6):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_node_port_in_use_stops_the_cluster_before_anything_starts(tmp_path: Path) -> None:
+    first = free_ports(6)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first + 2))  # node 2's client port
+        taken.listen()
+        cluster = LocalCluster(LocalKafkaSettings(port=first, data_dir=tmp_path), brokers=3)
+        with pytest.raises(BrokerError, match=f"port 127.0.0.1:{first + 2} is already in use"):
+            cluster.start()
+    assert not cluster.running
+    assert not (tmp_path / "cluster.json").exists()  # a plain `kafka start` is still free
