@@ -83,6 +83,7 @@ bench: setup kafka-jars model
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/reads.py
 	$(BIN)/python benchmarks/saturation.py
+	$(BIN)/python benchmarks/cluster.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/scaleout.py
 	$(BIN)/python benchmarks/serve_push.py

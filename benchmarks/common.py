@@ -16,8 +16,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from pipeline.broker.cluster import LocalCluster
 from pipeline.broker.following import log_ends
-from pipeline.broker.local import LocalKafka, free_port_pair
+from pipeline.broker.local import LocalKafka, free_ports
 from pipeline.broker.reading import read_to_end
 from pipeline.settings import KafkaSettings, LocalKafkaSettings, Settings, load_settings
 
@@ -42,6 +43,21 @@ def spawn(
         )
 
 
+def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment that points a `turnstream` command at ``settings``' broker, topic
+    prefix and topics profile."""
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
+    if settings.topics_profile:
+        env["TURNSTREAM_TOPICS_PROFILE"] = settings.topics_profile
+    return env
+
+
 def spawn_worker(
     settings: Settings,
     judge_url: str,
@@ -51,12 +67,7 @@ def spawn_worker(
     wrap: list[str] | None = None,
 ) -> subprocess.Popen:
     """A `turnstream worker` on ``settings``' broker and topic prefix, judging at ``judge_url``."""
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-        "TURNSTREAM_SCORING_JUDGE_CONCURRENCY": str(concurrency),
-    }
+    env = cli_env(settings, TURNSTREAM_SCORING_JUDGE_CONCURRENCY=str(concurrency))
     args = ["pipeline.cli", "worker", "--judge", "sglang", "--judge-url", judge_url,
             "--web-port", "0", "--data-dir", str(data_dir), "--loglevel", "warn"]  # fmt: skip
     return spawn(args, env, log, wrap)
@@ -64,8 +75,7 @@ def spawn_worker(
 
 def produce_file(settings: Settings, path: Path) -> None:
     """`turnstream produce PATH` to ``settings``' broker and topic prefix; exits on failure."""
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix, "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = cli_env(settings)
     done = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "produce", str(path)],
         env=env,
@@ -172,16 +182,23 @@ def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
 
 
 @contextmanager
-def broker(tmp: Path) -> Iterator[Settings]:
-    """The configured cluster, or a fresh local broker in ``tmp`` (stopped afterwards)."""
+def broker(tmp: Path, brokers: int = 1) -> Iterator[Settings]:
+    """The configured cluster, or a fresh local broker in ``tmp`` (stopped afterwards);
+    ``brokers=3``: a fresh local three-broker cluster, with topics of the cluster profile."""
     settings = load_settings()
     if not settings.uses_local_broker:
         yield settings
         return
-    local = LocalKafka(LocalKafkaSettings(port=free_port_pair(), data_dir=tmp / "kafka"))
-    local.start()
+    local_settings = LocalKafkaSettings(port=free_ports(2 * brokers), data_dir=tmp / "kafka")
+    local: LocalKafka | LocalCluster = (
+        LocalKafka(local_settings) if brokers == 1 else LocalCluster(local_settings, brokers)
+    )
     try:
-        yield Settings(kafka=KafkaSettings(bootstrap_servers=local.settings.bootstrap))
+        local.start()
+        yield Settings(
+            kafka=KafkaSettings(bootstrap_servers=local.bootstrap),
+            topics_profile=None if brokers == 1 else "cluster",
+        )
     finally:
         local.stop()
 
@@ -193,13 +210,7 @@ def private_topics(base: Settings, prefix: str) -> tuple[Settings, dict[str, str
     from pipeline.topics import admin
 
     admin.apply(settings)
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-        "PYTHONPATH": str(REPO),
-    }
-    return settings, env
+    return settings, cli_env(settings)
 
 
 def write_result(name: str, result: dict) -> dict:

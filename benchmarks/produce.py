@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 import orjson
-from common import broker, write_result
+from common import broker, cli_env, write_result
 
 from pipeline.settings import Settings
 from pipeline.topics import admin
@@ -103,12 +103,7 @@ def run(settings: Settings, n: int, workdir: Path, codec: str) -> dict:
     theirs = settings.model_copy(update={"topic_prefix": f"bench-{run_id}-kcat."})
     admin.apply(ours)
     admin.apply(theirs)
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNSTREAM_TOPIC_PREFIX": ours.topic_prefix,
-        "TURNSTREAM_PRODUCER_COMPRESSION": codec,
-    }
+    env = cli_env(ours, TURNSTREAM_PRODUCER_COMPRESSION=codec)
     turnstream = [sys.executable, "-m", "pipeline.cli", "produce", str(events)]
     kcat = [
         shutil.which("kcat") or "kcat",

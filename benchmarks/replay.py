@@ -16,7 +16,6 @@ writes benchmarks/results/replay.json.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -26,14 +25,12 @@ import time
 import uuid
 from pathlib import Path
 
-from common import broker, write_result
+from common import broker, cli_env, write_result
 from kafka import KafkaProducer
 from kafka.admin import NewTopic
 
 from pipeline.broker.clients import admin_client
 from pipeline.settings import Settings
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def fill(settings: Settings, topic: str, n: int) -> None:
@@ -80,11 +77,18 @@ def run(settings: Settings, n: int, codec: str) -> dict:
     source, target, peer = prefix + "source", prefix + "target", prefix + "kcat"
     client = admin_client(settings)
     try:
-        client.create_topics([NewTopic(t, 8, 1) for t in (source, target, peer)])
+        spec = settings.topics.chat_turns  # the replicas of the settings' topics profile
+        isr = {"min.insync.replicas": spec.configs.get("min.insync.replicas", "1")}
+        client.create_topics(
+            [
+                NewTopic(t, 8, spec.replication_factor, topic_configs=isr)
+                for t in (source, target, peer)
+            ]
+        )
     finally:
         client.close()
     fill(settings, source, n)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    env = cli_env(settings)
     bootstrap = settings.bootstrap_servers
     kcat_s, _ = timed(
         ["kcat", "-C", "-b", bootstrap, "-t", source, "-e", "-q", "-o", "beginning"], env
@@ -92,7 +96,7 @@ def run(settings: Settings, n: int, codec: str) -> dict:
     pipe_s = kcat_copy(bootstrap, source, peer, codec)
     replay_s, stdout = timed(
         [sys.executable, "-m", "pipeline.cli", "replay", "--from", source, "--to", target],
-        {**env, "PYTHONPATH": str(REPO), "TURNSTREAM_PRODUCER_COMPRESSION": codec},
+        {**env, "TURNSTREAM_PRODUCER_COMPRESSION": codec},
     )
     copied = int(re.search(r"copied (\d+)", stdout).group(1))  # type: ignore[union-attr]
     inner = float(re.search(r"\(([\d,]+) records/s\)", stdout).group(1).replace(",", ""))  # type: ignore[union-attr]

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from common import (
@@ -133,6 +135,29 @@ def pipeline(
     return figures(before, after, seconds, slots, sampler)
 
 
+@contextmanager
+def judge_sim(
+    settings: Settings, slots: int, latency_ms: float, tmp: Path
+) -> Iterator[tuple[str, Settings]]:
+    """A judge simulator of ``slots`` x ``latency_ms``: its URL, and ``settings`` judging
+    there with every slot (stopped afterwards)."""
+    port = free_port_pair()
+    url = f"http://127.0.0.1:{port}"
+    sim = spawn(
+        ["pipeline.testing.judge_sim", "--port", str(port), "--slots", str(slots),
+         "--latency-ms", str(latency_ms)],
+        dict(os.environ), tmp / f"sim{port}.log",
+    )  # fmt: skip
+    try:
+        wait_http(url + "/health", sim, tmp / f"sim{port}.log")
+        scoring = settings.scoring.model_copy(  # both paths may use every slot
+            update={"judge": "sglang", "judge_urls": [url], "judge_concurrency": slots}
+        )
+        yield url, settings.model_copy(update={"scoring": scoring})
+    finally:
+        stop(sim)
+
+
 def chart(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -181,27 +206,13 @@ def main() -> None:
         workload.write_bytes(b"\n".join(lines) + b"\n")
         for point in args.points.split(","):
             slots, latency = (float(v) for v in point.split(":"))
-            port = free_port_pair()
-            url = f"http://127.0.0.1:{port}"
-            sim = spawn(
-                ["pipeline.testing.judge_sim", "--port", str(port), "--slots", str(int(slots)),
-                 "--latency-ms", str(latency)],
-                dict(os.environ), tmp / f"sim{port}.log",
-            )  # fmt: skip
-            try:
-                wait_http(url + "/health", sim, tmp / f"sim{port}.log")
-                scoring = settings.scoring.model_copy(  # both paths may use every slot
-                    update={"judge": "sglang", "judge_urls": [url], "judge_concurrency": int(slots)}
-                )
-                judged = settings.model_copy(update={"scoring": scoring})
+            with judge_sim(settings, int(slots), latency, tmp) as (url, judged):
                 base = direct(judged, lines, url, int(slots))
                 profile = RESULTS / f"saturation-profile-{int(slots)}x{latency:g}ms.txt"
                 spy_cmd = [spy or "py-spy", "record", "--rate", "50", "--format", "raw",
                            "--output", str(profile), "--"]  # fmt: skip
                 piped = pipeline(judged, workload, url, int(slots), mains, tmp,
                                  spy_cmd if args.profile else None)  # fmt: skip
-            finally:
-                stop(sim)
             capacity = slots / (latency / 1000)
             rows.append({
                 "slots": int(slots), "latency_ms": latency, "capacity_calls_per_s": capacity,
