@@ -345,9 +345,7 @@ class LocalKafka:
         pid = self.pid()
         if pid is None:
             raise BrokerError(f"no broker runs from {self.data_dir}")
-        os.kill(pid, signal.SIGKILL)
-        while _alive(pid):
-            time.sleep(0.05)
+        _kill_reaped(pid)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -362,9 +360,7 @@ class LocalKafka:
             time.sleep(0.2)
         if _alive(pid):
             self.log(f"Kafka (pid {pid}) did not stop within {timeout_s:.0f}s; killing it")
-            os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.1)
+            _kill_reaped(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -381,6 +377,12 @@ class LocalKafka:
 def new_cluster_id() -> str:
     """A random KRaft cluster id (what ``kafka-storage random-uuid`` prints)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _kill_reaped(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    while _alive(pid):
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

@@ -136,9 +136,10 @@ class Monitor:
         finally:
             follower.close()
 
-    def recovery(self, fault_at: float, back_at: float) -> dict[str, float]:
+    def recovery(self, fault_at: float, back_at: float, until: float) -> dict[str, float]:
         """Seconds from the fault (and from the broker's return) to the first sample scored
-        and trained after it, and the longest pause in scoring between fault and back + 30 s."""
+        and trained after it, and the longest pause in scoring from the fault to ``until``
+        (the next fault, or the end)."""
         out: dict[str, float] = {}
         for name, times in (("scored", self.scored_at), ("trained", self.trained_at)):
             after = [t for t in times if t > fault_at]
@@ -147,7 +148,7 @@ class Monitor:
             out[f"first_{name}_after_back_s"] = (
                 round(after_back[0] - back_at, 2) if after_back else -1.0
             )
-        window = [fault_at] + [t for t in self.scored_at if fault_at < t <= back_at + 30]
+        window = [fault_at] + [t for t in self.scored_at if fault_at < t <= until]
         out["longest_scoring_pause_s"] = round(
             max((b - a for a, b in pairwise(window)), default=-1.0), 2
         )

@@ -28,6 +28,7 @@ from pipeline.broker.cluster import LocalCluster
 from tests.cluster.stack import Stack, percentiles, stack_settings, wait_in_sync
 
 DOWN_S = 15.0  # a killed broker's time down: longer than the controller's session timeout
+AFTER_S = 12.0  # the load on, the cluster whole, before the next fault
 LONGEST_DELIVERY_TIMEOUT_S = 120.0  # pipeline.broker.clients.producer (the proxy's: 30 s)
 
 
@@ -37,12 +38,15 @@ def most_leading(stack: Stack) -> int:
 
 
 def kill_and_restart(stack: Stack, node: int, down_s: float) -> tuple[float, float]:
-    """SIGKILL ``node``, keep it down ``down_s`` under load, restart it: (fault, back)."""
+    """SIGKILL ``node``, keep it down ``down_s`` under load, restart it, and keep the load on
+    a while, so the next fault's pause is not counted as this one's: (fault, back)."""
     fault_at = time.monotonic()
     stack.cluster.node(node).kill()
     stack.hold(down_s)
     stack.cluster.restart(node)
-    return fault_at, time.monotonic()
+    back_at = time.monotonic()
+    stack.hold(AFTER_S)
+    return fault_at, back_at
 
 
 def leader_kills(stack: Stack) -> list[tuple[float, float]]:
@@ -99,11 +103,16 @@ def test_broker_faults_under_load_lose_nothing(
         started = time.monotonic()
         faults = SCENARIOS[scenario](stack)
         stack.hold(10)
+        ended = time.monotonic()
         audit = stack.finish()
     finally:
         stack.close()
     assert stack.monitor is not None
-    recoveries = [stack.monitor.recovery(fault, back) for fault, back in faults]
+    untils = [fault for fault, _ in faults[1:]] + [ended]
+    recoveries = [
+        stack.monitor.recovery(fault, back, until)
+        for (fault, back), until in zip(faults, untils, strict=True)
+    ]
     figures = {
         "scenario": scenario,
         "faults": len(faults),
