@@ -22,7 +22,11 @@ writes benchmarks/results/learn_modes.json, rows keyed rl, opd, combine and cont
 with its runs (one per seed). The full default run takes about an hour on 2 cores.
 
     python benchmarks/learn_modes.py [--steps 16] [--seeds 1] [--judge embedded|rules|URL]
-        [--users 16] [--batch-size 16] [--eval-prompts N] [--workdir DIR]
+        [--users 16] [--batch-size 16] [--eval-prompts N] [--w-opd W] [--modes rl,combine]
+        [--name learn_modes] [--workdir DIR]
+
+``--modes`` runs some of the modes (the goal is checked when rl and combine both ran);
+``--name`` writes results/NAME.json instead (a partial run keeps the full table's file).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pipeline.learn.run import run_learn
 from pipeline.settings import Settings
 
 MODES = ("rl", "opd", "combine")
-PER_RUN = ("workdir", "mode", "seed", "baseline", "teacher", "teacher_top_k")  # in each run's row
+PER_RUN = ("workdir", "mode", "seed", "baseline", "teacher", "teacher_top_k", "w_opd")  # per run
 OPENCLAW = {"rl": (0.25, 0.23), "opd": (0.25, 0.72), "combine": (0.76, 0.81)}  # at 8, 16 steps
 
 
@@ -64,6 +68,7 @@ def run_once(settings: Settings, options: LearnOptions, console: Console) -> dic
     return {
         "seed": options.seed,
         "baseline": options.step_baseline,
+        "w_opd": options.w_opd,
         "at": at,
         "version0": evaluation.get("before"),
         "version0_s": report.phases_s.get("eval_before"),
@@ -127,9 +132,19 @@ def table(rows: dict[str, dict[str, Any]], steps: list[int]) -> str:
 
 
 def goal(rows: dict[str, dict[str, Any]], step: int) -> dict[str, Any]:
+    if "combine" not in rows or "rl" not in rows:
+        return {"what": "combine >= rl needs both modes run", "met": None}
     combine, rl = rows["combine"]["at"].get(str(step)), rows["rl"]["at"].get(str(step))
     met = bool(combine and rl and combine["success"] >= rl["success"])
     return {"what": f"combine >= rl in held-out success at step {step}", "met": met}
+
+
+def modes_arg(text: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"{text!r}: give some of {', '.join(MODES)}")
+    return modes
 
 
 def parse_args() -> argparse.Namespace:
@@ -146,6 +161,13 @@ def parse_args() -> argparse.Namespace:
         "--teacher", default=LearnOptions.teacher, help="opd and combine: initial or policy"
     )
     parser.add_argument("--teacher-top-k", type=int, default=0, help="opd and combine runs")
+    parser.add_argument(
+        "--w-opd", type=float, default=LearnOptions.w_opd, help="combine: the teacher's weight"
+    )
+    parser.add_argument(
+        "--modes", type=modes_arg, default=MODES, help="comma-separated, of rl, opd, combine"
+    )
+    parser.add_argument("--name", default="learn_modes", help="results/NAME.json")
     parser.add_argument("--timeout", type=float, default=3600.0, help="per run, seconds")
     parser.add_argument("--workdir", type=Path, default=None, help="keep each run's logs here")
     return parser.parse_args()
@@ -171,26 +193,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.workdir or Path(tmp)
         base = base_options(args, root)
-        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
         with broker(Path(tmp)) as settings:
             for seed in range(args.seeds):
-                for mode in MODES:
+                for mode in args.modes:
                     options = dataclasses.replace(
                         base, mode=mode, seed=seed, workdir=root / f"{mode}-seed{seed}",
                         teacher_top_k=0 if mode == "rl" else args.teacher_top_k,
+                        w_opd=args.w_opd if mode == "combine" else 1.0,
                     )  # fmt: skip
                     runs[mode].append(run_once(settings, options, console))
-    rows = {mode: mode_row(runs[mode], steps) for mode in MODES}
+    rows = {mode: mode_row(runs[mode], steps) for mode in args.modes}
     rows["control"] = control_row(rows, steps)
     print(table(rows, steps))
     result = {
         "steps": args.steps, "eval_steps": steps, "seeds": args.seeds, "judge": args.judge,
         "options": {k: v for k, v in base.to_json().items() if k not in PER_RUN},
+        "w_opd": args.w_opd,
         "rows": rows, "goal": goal(rows, steps[0]),
         "openclaw_rl": {m: dict(zip(("8", "16"), v, strict=True)) for m, v in OPENCLAW.items()},
     }  # fmt: skip
-    print(f"goal: {result['goal']['what']}: {'met' if result['goal']['met'] else 'missed'}")
-    write_result("learn_modes", result)
+    met = {True: "met", False: "missed", None: "not checked"}[result["goal"]["met"]]
+    print(f"goal: {result['goal']['what']}: {met}")
+    write_result(args.name, result)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,10 @@ EVAL_EVERY_HELP = (
     "also evaluate every Nth version pushed before the last, users held meanwhile "
     "(0: only version 0, the final version and the control)"
 )
+W_OPD_HELP = (
+    "combine: the weight of the teacher term (teacher - old, per token) beside the reward's "
+    "weight of 1"
+)
 CONSOLE_HELP = (
     "also serve `turnstream console` on the run's topics while it runs (its URL is printed "
     "first and kept in learn.json; one that fails to start is a warning)"
@@ -78,6 +82,7 @@ def learn(
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
     teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
     teacher_contrast: bool = typer.Option(DEFAULTS.teacher_contrast, help=CONTRAST_HELP),
+    w_opd: float = typer.Option(DEFAULTS.w_opd, help=W_OPD_HELP),
     max_tokens: int = typer.Option(DEFAULTS.max_tokens, help="answer length limit, tokens"),
     max_words: int = typer.Option(DEFAULTS.max_words, help="the right answer in at most N words"),
     temperature: float = typer.Option(DEFAULTS.temperature, help="sampling, users and evaluation"),
@@ -118,7 +123,7 @@ def learn(
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
-        teacher_contrast=teacher_contrast, max_tokens=max_tokens, max_words=max_words,
+        teacher_contrast=teacher_contrast, w_opd=w_opd, max_tokens=max_tokens, max_words=max_words,
         temperature=temperature, eval_samples=eval_samples, eval_prompts=eval_prompts,
         eval_every=eval_every, control=control, control_sessions=control_sessions,
         micro_batch_size=micro_batch_size, train_top_layers=train_top_layers,

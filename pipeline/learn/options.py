@@ -53,6 +53,8 @@ class LearnOptions:
     # opd/combine: train on hinted - neutral (the teacher also asked with a neutral line in
     # the hint's place) instead of hinted - old
     teacher_contrast: bool = False
+    # combine: the weight of the teacher term beside the reward's (the trainer's w_opd)
+    w_opd: float = 1.0
     train_top_layers: int | None = 8  # the rest of the policy stays frozen: cheap CPU steps
     max_ahead: int | None = 16  # sessions started ahead of the trainer (None: no limit)
     eval_samples: int = 1  # answers per held-out prompt in each evaluation
@@ -106,6 +108,12 @@ class LearnOptions:
             raise ConfigError(
                 "teacher_contrast (--teacher-contrast) needs mode opd or combine: rl has no teacher"
             )
+        if self.w_opd < 0 or (self.w_opd != 1.0 and self.mode != "combine"):
+            raise ConfigError(
+                f"w_opd (--w-opd) {self.w_opd}: the teacher term's weight beside the reward's "
+                "applies to mode combine; give a weight >= 0 there (opd trains on the teacher "
+                "alone, rl has none)"
+            )
         if self.teacher_top_k < 0 or (self.teacher_top_k and self.mode == "rl"):
             raise ConfigError(
                 f"teacher_top_k (--teacher-top-k) {self.teacher_top_k}: give K >= 1 with "
@@ -134,11 +142,11 @@ class LearnOptions:
         """The trainer's config: fresh-weights steps in the run's mode, each pushed to the
         server."""
         topk = {"topk_distill_coef": TOPK_DISTILL_COEF} if self.teacher_top_k else {}
-        clip = (
-            {"teacher_adv_clip": TEACHER_ADV_CLIP, "teacher_baseline": TEACHER_BASELINE}
-            if self.mode != "rl"
-            else {}
-        )
+        teacher: dict[str, Any] = {}
+        if self.mode != "rl":
+            teacher = {"teacher_adv_clip": TEACHER_ADV_CLIP, "teacher_baseline": TEACHER_BASELINE}
+        if self.mode == "combine":
+            teacher["w_opd"] = self.w_opd
         return {
             "mode": self.mode,
             "rollout_batch_size": self.batch_size,
@@ -146,7 +154,7 @@ class LearnOptions:
             "lr": self.lr,
             "step_baseline": self.step_baseline,
             **topk,
-            **clip,
+            **teacher,
             "weight_decay": 0.0,
             "max_steps": self.steps,
             "update_weights_interval": 1,

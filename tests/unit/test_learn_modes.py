@@ -66,6 +66,10 @@ def test_a_mode_and_its_options_that_cannot_go_together_are_refused_with_the_fla
         LearnOptions(teacher_top_k=4)
     with pytest.raises(ConfigError, match=r"--teacher-contrast\) needs mode opd or combine"):
         LearnOptions(teacher_contrast=True)
+    with pytest.raises(ConfigError, match=r"w_opd \(--w-opd\) 0.5: .*applies to mode combine"):
+        LearnOptions(mode="opd", w_opd=0.5)
+    with pytest.raises(ConfigError, match=r"w_opd \(--w-opd\) -1.0"):
+        LearnOptions(mode="combine", w_opd=-1.0)
     assert LearnOptions(mode="opd", baseline="none").step_baseline == "none"
     assert LearnOptions(mode="combine", baseline="leave_one_out").step_baseline == "leave_one_out"
 
@@ -194,3 +198,28 @@ def test_the_teacher_is_the_initial_weights_on_a_server_of_their_own_or_the_serv
 def test_a_contrastive_teacher_reaches_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     assert worker_settings(monkeypatch, "combine", contrast=True).teacher_contrast is True
     assert worker_settings(monkeypatch, "combine").teacher_contrast is False
+
+
+def test_w_opd_reaches_the_combine_trainer_from_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--w-opd sets the trainer's w_opd in combine (the reward's stays 1); the other modes'
+    trainers keep the default and their configs say nothing of it."""
+    from pipeline.cli import learn as learn_cli
+    from pipeline.learn import stack
+
+    seen: list[LearnOptions] = []
+    monkeypatch.setattr(learn_cli, "run_and_report", lambda options, what: seen.append(options))
+    result = runner.invoke(app, ["learn", "--mode", "combine", "--w-opd", "0.25"])
+    assert result.exit_code == 0, result.output
+    [options] = seen
+    monkeypatch.setattr(stack, "spawn_cli", lambda *args: None)
+    _proc, files = stack.start_trainer(
+        Settings(), tmp_path / "model", "http://policy:1", tmp_path, options.trainer_options()
+    )
+    config = load_trainer_config(files.config)
+    assert (config.mode, config.w_opd, config.w_rl) == ("combine", 0.25, 1.0)
+    assert options.to_json()["w_opd"] == 0.25
+    assert "w_opd" not in LearnOptions(mode="opd").trainer_options()
+    refused = runner.invoke(app, ["learn", "--mode", "rl", "--w-opd", "0.5"])
+    assert isinstance(refused.exception, ConfigError) and "--w-opd" in str(refused.exception)
