@@ -13,6 +13,7 @@ forward pass.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,3 +84,17 @@ def full_attention_only(config: Any) -> bool:
     so one causal mask serves them all."""
     types = getattr(config, "layer_types", None) or ["full_attention"]
     return set(types) == {"full_attention"}
+
+
+def logits_from(model: Any, input_ids: torch.Tensor, start: int, **kwargs: Any) -> tuple[Any, Any]:
+    """``model``'s forward over ``input_ids`` [B, L] with its output head run on positions
+    ``start``.. only (``logits_to_keep``, where the model's forward takes it): (the output,
+    the logits [B, L - 1 - start, V] of each next token from position ``start``). Over a 49k
+    vocabulary the head costs as much per position as several decoder layers, and the
+    positions before the first response token need none."""
+    keep = input_ids.shape[1] - start
+    module = getattr(model, "module", model)  # a DeepSpeed engine passes keywords through
+    if "logits_to_keep" in inspect.signature(module.forward).parameters:
+        kwargs["logits_to_keep"] = keep
+    out = model(input_ids=input_ids, **kwargs)
+    return out, out.logits[:, -keep:-1]

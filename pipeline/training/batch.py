@@ -165,6 +165,13 @@ class MicroBatch:
         return int(self.response_mask.sum().item())
 
     @property
+    def response_from(self) -> int:
+        """The first log-prob position with a response token in any row (0 when none): every
+        position before it is prompt, which no loss reads, so no output head runs there."""
+        columns = self.response_mask.sum(0).nonzero()
+        return int(columns[0]) if len(columns) else 0
+
+    @property
     def samples(self) -> int:
         """Samples with at least one response token (what a per-sample mean counts)."""
         return int((self.response_mask.sum(-1) > 0).sum().item())

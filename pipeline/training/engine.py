@@ -17,6 +17,7 @@ import torch
 
 from pipeline.broker.local import free_port_pair
 from pipeline.errors import ConfigError
+from pipeline.models.decoder import logits_from
 from pipeline.training import losses
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
@@ -126,9 +127,11 @@ def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:
 
 
 def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, L-1] log-prob of each next token, [B, L-1, V] logits)."""
-    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-    return losses.next_token_logprobs(logits, mb.input_ids), logits
+    """([B, L-1] log-prob of each next token from ``mb``'s first response position on, 0
+    before it; [B, L-1-start, V] the logits of those positions)."""
+    start = mb.response_from
+    _out, logits = logits_from(model, mb.input_ids, start, attention_mask=mb.attention_mask)
+    return losses.window_logprobs(logits, mb.input_ids, start), logits
 
 
 def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
@@ -142,10 +145,11 @@ def rollout_abs_diff(mb: MicroBatch, old: torch.Tensor) -> float | None:
 
 @dataclass(frozen=True)
 class Before:
-    """A micro-batch's pass before the update: the proximal log-probs, the reference's, and
-    the hidden state below the trained layers (None: the training pass runs whole)."""
+    """A micro-batch's pass before the update: the proximal log-probs (None: the training
+    pass's own, see :meth:`PolicyEngine._before_update`), the reference's, and the hidden
+    state below the trained layers (None: the training pass runs whole)."""
 
-    old: torch.Tensor
+    old: torch.Tensor | None
     ref: torch.Tensor | None
     hidden: torch.Tensor | None
 
@@ -239,14 +243,22 @@ class PolicyEngine:
         ref = self.reference
         ref_layer = None if ref is None else ref.hidden_layer
         top_layer = None if self.top is None else self.top.hidden_layer
+        if self.top is not None and ref_layer in (None, top_layer):
+            # only the frozen layers: the top layers and the head run once, in the training
+            # pass, whose log-probs are the proximal ones (one update a step, after it)
+            frozen = self.top.frozen_hidden(self.engine.module, mb)
+            return Before(None, None if ref is None else ref.logprobs(mb, frozen), frozen)
         self.engine.eval()
-        out = self.engine(
-            input_ids=mb.input_ids,
+        start = mb.response_from
+        out, logits = logits_from(
+            self.engine,
+            mb.input_ids,
+            start,
             attention_mask=mb.attention_mask,
             output_hidden_states=ref_layer is not None or top_layer is not None,
         )
         self.engine.train()
-        old = losses.next_token_logprobs(out.logits[:, :-1], mb.input_ids)
+        old = losses.window_logprobs(logits, mb.input_ids, start)
         hidden = None if top_layer is None else out.hidden_states[top_layer]
         if ref is None:
             return Before(old, None, hidden)
@@ -270,7 +282,7 @@ class PolicyEngine:
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         batches = [self._to_device(mb) for mb in batches]
         before = [self._before_update(mb) for mb in batches]
-        olds = [b.old for b in before]
+        olds: list[torch.Tensor] = []
         tokens = total_tokens if total_tokens is not None else sum(mb.tokens for mb in batches)
         samples = total_samples if total_samples is not None else sum(mb.samples for mb in batches)
         total = tokens if self.config.loss_agg == "token_mean" else samples
@@ -278,6 +290,7 @@ class PolicyEngine:
         self.engine.train()
         for i, (mb, b) in enumerate(zip(batches, before, strict=True)):
             parts = self._micro_loss(mb, b.old, b.ref, b.hidden)
+            olds.append(parts.pop("old"))
             weight = losses.agg_units(mb.response_mask, self.config.loss_agg) / max(total, 1)
             self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
             self.engine.backward(parts["loss"] * weight * world)
@@ -332,26 +345,30 @@ class PolicyEngine:
     def _train_logprobs(
         self, mb: MicroBatch, hidden: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The training pass's log-probs and logits: the top layers only on ``hidden`` (the
-        frozen layers' output) when there is one, else the whole model."""
+        """The training pass's log-probs [B, L-1] and the logits from the first response
+        position (:func:`token_logprobs`): the top layers only on ``hidden`` (the frozen
+        layers' output) when there is one, else the whole model."""
         if self.top is not None and hidden is not None:
             logits = self.top.logits(self.engine.module, mb, hidden)
-            return losses.next_token_logprobs(logits, mb.input_ids), logits
+            return losses.window_logprobs(logits, mb.input_ids, mb.response_from), logits
         return token_logprobs(self.engine, mb)
 
     def _micro_loss(
         self,
         mb: MicroBatch,
-        old: torch.Tensor,
+        old: torch.Tensor | None,
         ref: torch.Tensor | None,
         hidden: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts;
-        ``ref`` is the initial policy's log-probs (None: no reference, the KL is 0);
-        ``hidden``, the frozen layers' output, runs the top layers only."""
+        """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts, with
+        the proximal log-probs as ``old``; ``old`` None: this pass's own, detached (the
+        weights have not moved since the step began); ``ref`` is the initial policy's
+        log-probs (None: no reference, the KL is 0); ``hidden``, the frozen layers' output,
+        runs the top layers only."""
         c = self.config
         mask = mb.response_mask
         logp, logits = self._train_logprobs(mb, hidden)
+        old = logp.detach() if old is None else old
         adv = losses.sample_advantages(
             c.mode, mb.rewards, mb.teacher_for(old), mb.has_teacher, old, mask, c.w_opd,
             c.w_rl, c.teacher_adv_clip, c.teacher_baseline == "mean",
@@ -369,7 +386,7 @@ class PolicyEngine:
         )
         loss = stats.pg_loss
         entropy = losses.entropy_from_logits(
-            logits if c.entropy_coef else logits.detach(), mask, c.loss_agg
+            logits if c.entropy_coef else logits.detach(), mask[:, mb.response_from :], c.loss_agg
         )
         if c.entropy_coef:
             loss = loss - c.entropy_coef * entropy
@@ -387,6 +404,7 @@ class PolicyEngine:
             "kl": kl.detach(),
             "topk_kl": topk.detach(),
             "teacher_gap": gap,
+            "old": old,
         }
 
     def _side_terms(
@@ -407,8 +425,11 @@ class PolicyEngine:
             kl = losses.kl_to_reference(policy, ref, mask, c.kl_kind, c.loss_agg)
         ids, top, has_top = mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.has_teacher_topk
         if c.topk_distill_coef and ids is not None and top is not None and has_top is not None:
-            topk_mask = mask * has_top.to(mask.dtype)[:, None]
-            topk = losses.topk_distill_loss(logits, ids, top, topk_mask, c.loss_agg)
+            start = mb.response_from  # ``logits`` are those of the positions from there on
+            topk_mask = (mask * has_top.to(mask.dtype)[:, None])[:, start:]
+            topk = losses.topk_distill_loss(
+                logits, ids[:, start:], top[:, start:], topk_mask, c.loss_agg
+            )
         if c.mode != "rl":
             taught = mask * mb.has_teacher.to(mask.dtype)[:, None]
             gap = losses.aggregate((mb.teacher_for(old) - old).detach(), taught, c.loss_agg)

@@ -58,6 +58,13 @@ def next_token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
     return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
 
+def window_logprobs(logits: Tensor, input_ids: Tensor, start: int) -> Tensor:
+    """[B, L-1] next-token log-probs from ``logits`` [B, L-1-start, V], those of positions
+    ``start``.. only; 0 at the positions before ``start`` (prompt in every row)."""
+    logp = next_token_logprobs(logits, input_ids[:, start:])
+    return torch.nn.functional.pad(logp, (start, 0))
+
+
 def rl_advantages(rewards: Tensor, mask: Tensor) -> Tensor:
     """The sample's reward broadcast over its response tokens."""
     return rewards.float()[:, None] * mask.float()

@@ -23,12 +23,13 @@ from pipeline.errors import ConfigError
 from pipeline.models.decoder import (
     check_transformers,
     full_attention_only,
+    logits_from,
     padded_causal_mask,
     run_decoder_layers,
 )
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
-from pipeline.training.losses import next_token_logprobs
+from pipeline.training.losses import window_logprobs
 
 
 class Reference(Protocol):
@@ -40,7 +41,8 @@ class Reference(Protocol):
         ...
 
     def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None) -> torch.Tensor:
-        """[B, L-1]; ``hidden`` is the policy's hidden state number ``hidden_layer``."""
+        """[B, L-1], from the first response position on (0 before it); ``hidden`` is the
+        policy's hidden state number ``hidden_layer``."""
         ...
 
 
@@ -58,8 +60,11 @@ class FullReference:
 
     @torch.no_grad()
     def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-        return next_token_logprobs(logits[:, :-1], mb.input_ids)
+        start = mb.response_from
+        _out, logits = logits_from(
+            self.model, mb.input_ids, start, attention_mask=mb.attention_mask
+        )
+        return window_logprobs(logits, mb.input_ids, start)
 
 
 class TopReference:
@@ -96,8 +101,9 @@ class TopReference:
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
         mask = padded_causal_mask(self.config, hidden, mb.attention_mask, positions)
         out = run_decoder_layers(self.rotary, self.layers, hidden, positions, mask)
-        logits = self.head(self.norm(out[:, :-1]))
-        return next_token_logprobs(logits, mb.input_ids)
+        start = mb.response_from  # no head over the prompt (what the policy's pass does)
+        logits = self.head(self.norm(out[:, start:-1]))
+        return window_logprobs(logits, mb.input_ids, start)
 
 
 def build_reference(config: TrainerConfig, model: torch.nn.Module, device: str) -> Reference | None:

@@ -29,20 +29,36 @@ log = logging.getLogger(__name__)
 
 
 class TopLayers:
-    """The policy's top layers, norm and head, run by hand on a kept hidden state."""
+    """The policy's top layers, norm and head, run by hand on a kept hidden state, and the
+    frozen layers below them, run by hand to make that state."""
 
     def __init__(self, top: int, layers: int) -> None:
         self.hidden_layer = layers - top  # the index into output_hidden_states
 
+    def frozen_hidden(self, model: Any, mb: MicroBatch) -> torch.Tensor:
+        """[B, L, D]: the embeddings through the frozen layers (``output_hidden_states``'
+        entry ``hidden_layer``), without the top layers or the head: the trainer's
+        proximal log-probs are the training pass's own (one update a step, so before it
+        the weights are those of the pass before the update)."""
+        inner = model.model
+        hidden = inner.embed_tokens(mb.input_ids)
+        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+        mask = padded_causal_mask(model.config, hidden, mb.attention_mask, positions)
+        below = inner.layers[: self.hidden_layer]
+        return run_decoder_layers(inner.rotary_emb, below, hidden, positions, mask)
+
     def logits(self, model: Any, mb: MicroBatch, hidden: torch.Tensor) -> torch.Tensor:
-        """[B, L-1, V]: the logits of each next token, with the top layers' gradient."""
+        """[B, L-1-start, V]: the logits of each next token from ``mb``'s first response
+        position (``start``) on, with the top layers' gradient."""
         inner = model.model
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
         mask = padded_causal_mask(model.config, hidden, mb.attention_mask, positions)
         out = run_decoder_layers(
             inner.rotary_emb, inner.layers[self.hidden_layer :], hidden, positions, mask
         )
-        logits: torch.Tensor = model.get_output_embeddings()(inner.norm(out[:, :-1]))
+        logits: torch.Tensor = model.get_output_embeddings()(
+            inner.norm(out[:, mb.response_from : -1])
+        )
         return logits
 
 
