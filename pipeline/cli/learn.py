@@ -116,20 +116,19 @@ def learn(
     prompts before and after, runs the control (learning off) and writes learn.json and
     learn.png to the work directory. Ctrl-C stops everything it started.
 
-    Exit status: 0 when the run finished; 3 when it finished with the verdict "reward
-    hacking" (held-out accuracy at the final version more than 0.05 below version 0's);
-    130 when interrupted; 1 on an error.
+    Exit status: 0 finished; 3 finished with the verdict "reward hacking" (held-out accuracy
+    at the end more than 0.05 below version 0's); 130 interrupted; 1 on an error.
     """
     options = learn_options(
         model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
         mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
-        teacher_contrast=teacher_contrast, w_opd=w_opd, max_tokens=max_tokens, max_words=max_words,
-        temperature=temperature, eval_samples=eval_samples, eval_prompts=eval_prompts,
-        eval_every=eval_every, control=control, control_sessions=control_sessions,
-        micro_batch_size=micro_batch_size, train_top_layers=train_top_layers,
-        max_ahead=max_ahead, judge=judge, judge_max_tokens=judge_max_tokens, prompts=prompts,
-        workdir=workdir, seed=seed, timeout=timeout, console=with_console,
-        console_port=console_port,
+        teacher_contrast=teacher_contrast, w_opd=w_opd, max_tokens=max_tokens,
+        max_words=max_words, temperature=temperature, eval_samples=eval_samples,
+        eval_prompts=eval_prompts, eval_every=eval_every, control=control,
+        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
+        train_top_layers=train_top_layers, max_ahead=max_ahead, judge=judge,
+        judge_max_tokens=judge_max_tokens, prompts=prompts, workdir=workdir, seed=seed,
+        timeout=timeout, console=with_console, console_port=console_port,
     )  # fmt: skip
     run_and_report(options, "run")
 
