@@ -85,7 +85,19 @@ def time_steps(steps: int, samples: int) -> dict[str, Any]:
         started = time.perf_counter()
         engine.train_step(mbs)
         times.append(time.perf_counter() - started)
-    return {"step_s": times, "tokens": sum(mb.tokens for mb in mbs)}
+    return {"step_s": times, "tokens": sum(mb.tokens for mb in mbs), **positions(mbs)}
+
+
+def positions(mbs: list[Any]) -> dict[str, int]:
+    """The log-prob positions of the micro-batches, and those from each one's first response
+    position on (where the output head runs since it stopped running over the prompt)."""
+    total = from_response = 0
+    for mb in mbs:
+        rows, width = mb.response_mask.shape
+        first = int(mb.response_mask.sum(0).nonzero()[0])
+        total += rows * width
+        from_response += rows * (width - first)
+    return {"positions": total, "positions_from_response": from_response}
 
 
 def run_side(tree: Path, steps: int, samples: int) -> dict[str, Any]:
@@ -117,9 +129,11 @@ def main() -> None:
                         args.before], check=True, capture_output=True)  # fmt: skip
         try:
             sides: dict[str, list[float]] = {args.before: [], "this tree": []}
+            shape: dict[str, Any] = {}
             for n in range(args.rounds):
                 for side, tree in ((args.before, before), ("this tree", ROOT)):
-                    sides[side] += run_side(tree, args.steps, args.samples)["step_s"]
+                    shape = run_side(tree, args.steps, args.samples)
+                    sides[side] += shape.pop("step_s")
                     print(f"round {n + 1}/{args.rounds}: {side} done", file=sys.stderr)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
@@ -131,11 +145,16 @@ def main() -> None:
     for side, t in sides.items():
         print(f"{side} | {medians[side]:.3f} | {min(t):.3f} | {max(t):.3f}")
     print(f"this tree / {args.before}: {ratio:.3f}")
+    print(
+        f"{shape['tokens']} response tokens; {shape['positions']} log-prob positions, "
+        f"{shape['positions_from_response']} from each micro-batch's first response position"
+    )
     write_result(
         "train_step",
         {
             "model": "smollm2-135m-instruct", "samples": args.samples, "before": args.before,
             "step_s": sides, "median_s": medians, "ratio_this_over_before": round(ratio, 3),
+            **shape,
         },
     )  # fmt: skip
 

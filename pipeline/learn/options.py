@@ -108,7 +108,7 @@ class LearnOptions:
             raise ConfigError(
                 "teacher_contrast (--teacher-contrast) needs mode opd or combine: rl has no teacher"
             )
-        if self.w_opd < 0 or (self.w_opd != 1.0 and self.mode != "combine"):
+        if not self.w_opd >= 0 or (self.w_opd != 1.0 and self.mode != "combine"):
             raise ConfigError(
                 f"w_opd (--w-opd) {self.w_opd}: the teacher term's weight beside the reward's "
                 "applies to mode combine; give a weight >= 0 there (opd trains on the teacher "

@@ -8,6 +8,7 @@ positions ``P .. P+R-1`` of its ids, so their log-probs are at ``P-1 .. P+R-2``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ class MicroBatch:
     def tokens(self) -> int:
         return int(self.response_mask.sum().item())
 
-    @property
+    @functools.cached_property
     def response_from(self) -> int:
         """The first log-prob position with a response token in any row (0 when none): every
         position before it is prompt, which no loss reads, so no output head runs there."""

@@ -239,14 +239,17 @@ class PolicyEngine:
         """The policy's log-probs before the update (the proximal policy), the reference's
         (None without one), and the hidden state below the trained layers, from one pass: a
         top-layer reference and the training pass (:mod:`~pipeline.training.top_layers`)
-        start from that hidden state."""
+        start from that hidden state. With top layers that pass stops below them, and the
+        proximal log-probs are None: the training pass's own (:meth:`_micro_loss`)."""
         ref = self.reference
         ref_layer = None if ref is None else ref.hidden_layer
         top_layer = None if self.top is None else self.top.hidden_layer
         if self.top is not None and ref_layer in (None, top_layer):
             # only the frozen layers: the top layers and the head run once, in the training
             # pass, whose log-probs are the proximal ones (one update a step, after it)
+            self.engine.eval()
             frozen = self.top.frozen_hidden(self.engine.module, mb)
+            self.engine.train()
             return Before(None, None if ref is None else ref.logprobs(mb, frozen), frozen)
         self.engine.eval()
         start = mb.response_from

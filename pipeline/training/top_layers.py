@@ -1,12 +1,15 @@
 """The trained top layers run from the frozen layers' output, which is computed once a step.
 
 With ``train_top_layers = k`` the layers below the top k never change, so their output for
-a micro-batch is the same in the pass before the update (the proximal log-probs) and in the
-pass that trains. :class:`TopLayers` runs only the policy's own top k layers, final norm and
-output head, with their gradient, on the hidden state the first pass kept
-(``output_hidden_states``): the training pass costs about k/N of a forward pass instead of a
-whole one. The frozen layers run once, without dropout (the pass before the update is in
-eval mode); with dropout in them the two ways differ, so a model with dropout trains whole.
+a micro-batch is the same in the pass before the update and in the pass that trains. The
+pass before the update runs the embeddings and the frozen layers alone
+(:meth:`TopLayers.frozen_hidden`, in eval mode); :class:`TopLayers` runs only the policy's
+own top k layers, final norm and output head, with their gradient, on that hidden state:
+the training pass costs about k/N of a forward pass instead of a whole one, and its
+log-probs, detached, are the proximal ones (a step makes one update, after every pass). A
+model with dropout (any ``*dropout`` or ``*pdrop`` setting above 0) would apply it in the
+training pass, or one that scales its embeddings would differ from the layers run by hand,
+so such a model trains whole.
 """
 
 from __future__ import annotations
@@ -84,8 +87,14 @@ def _cannot(config: TrainerConfig, model: Any) -> str | None:
         return f"{type(model).__name__} is not a Llama- or Qwen2-style model"
     if not full_attention_only(model.config):
         return "the model has sliding-window layers"
-    names = ("attention_dropout", "hidden_dropout")
-    dropouts = [getattr(model.config, name, 0.0) or 0.0 for name in names]
-    if any(d > 0 for d in dropouts):
-        return "the model has dropout, which its frozen layers would apply in training"
+    settings = model.config.to_dict()
+    dropouts = {
+        name: value
+        for name, value in settings.items()
+        if name.endswith(("dropout", "pdrop")) and isinstance(value, (int, float)) and value > 0
+    }
+    if dropouts:
+        return f"the model has dropout ({', '.join(sorted(dropouts))}), which training applies"
+    if settings.get("embedding_multiplier", 1.0) not in (None, 1.0):
+        return "the model scales its embeddings (embedding_multiplier)"
     return None

@@ -3,6 +3,8 @@ output kept from the pass before the update, and trains exactly as the whole pas
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,29 +15,45 @@ from pipeline.training.top_layers import build_top_layers
 from tests.tiny_policy import TINY, VOCAB
 
 
-def _batch() -> list[TokenizedSample]:
-    """Prompts and responses of different lengths: the micro-batches are padded."""
-    return [
-        TokenizedSample(
-            f"s:{i}", [1 + i, 2, 3, 4][: 2 + i % 3], [5 + i, 6, 7, 8][: 1 + i % 4], r, None, None, 0
-        )
-        for i, r in enumerate([1.0, -1.0, 1.0, -1.0, 0.5, -0.5])
-    ]
+def _batch(signals: bool = False) -> list[TokenizedSample]:
+    """Prompts and responses of different lengths: the micro-batches are padded. ``signals``:
+    rollout log-probs that differ from the trainer's (some unknown) and teacher log-probs
+    on every other sample."""
+    out = []
+    for i, r in enumerate([1.0, -1.0, 1.0, -1.0, 0.5, -0.5]):
+        response = [5 + i, 6, 7, 8][: 1 + i % 4]
+        rollout = [-1.0 - 0.3 * j if j != 1 else math.nan for j in range(len(response))]
+        teacher = [-0.5 - 0.2 * j for j in range(len(response))] if i % 2 else None
+        out.append(
+            TokenizedSample(
+                f"s:{i}", [1 + i, 2, 3, 4][: 2 + i % 3], response, r,
+                rollout if signals else None, teacher if signals else None, 0,
+            )
+        )  # fmt: skip
+    return out
 
 
-@pytest.mark.parametrize("monitor_kl", [False, True])
+@pytest.mark.parametrize(
+    ("monitor_kl", "mode"), [(False, "rl"), (True, "rl"), (True, "combine"), (False, "opd")]
+)
 def test_two_steps_from_the_kept_states_equal_two_steps_of_the_whole_pass(
-    monitor_kl: bool,
+    monitor_kl: bool, mode: str
 ) -> None:
+    """The kept states' step (the frozen layers alone before the update, the training
+    pass's log-probs as the proximal ones) against the whole passes: the same updates and
+    figures, with rollout and teacher log-probs that differ from the trainer's in
+    combine and opd."""
     results = {}
+    signals = mode != "rl"
     for kept in (True, False):
         config = TrainerConfig(
             lr=1e-2, micro_batch_size=3, tiny_model=TINY, train_top_layers=2,
-            train_from_frozen_states=kept, monitor_kl=monitor_kl, seed=5,
+            train_from_frozen_states=kept, monitor_kl=monitor_kl, seed=5, mode=mode,
+            teacher_adv_clip=1.0 if signals else None,
         )  # fmt: skip
         engine = PolicyEngine(config, vocab_size=VOCAB)
         assert (engine.top is not None) is kept
-        metrics = [engine.train_step(micro_batches(_batch(), 3, pad_id=0)) for _ in range(2)]
+        metrics = [engine.train_step(micro_batches(_batch(signals), 3, pad_id=0)) for _ in range(2)]
         params = {n: p.detach().clone() for n, p in engine.engine.module.named_parameters()}
         results[kept] = (metrics, params)
     (kept_metrics, kept_params), (whole_metrics, whole_params) = results[True], results[False]
@@ -43,9 +61,14 @@ def test_two_steps_from_the_kept_states_equal_two_steps_of_the_whole_pass(
     for name, param in whole_params.items():
         assert torch.allclose(kept_params[name], param, atol=1e-6), name
     for a, b in zip(kept_metrics, whole_metrics, strict=True):
-        assert a.loss == pytest.approx(b.loss, abs=1e-6)
-        assert a.entropy == pytest.approx(b.entropy, abs=1e-6)
-        assert a.kl == pytest.approx(b.kl, abs=1e-6)
+        for name in ("loss", "pg_loss", "entropy", "kl", "ppo_kl", "pg_clipfrac", "rollout_kl",
+                     "tis_weight_mean", "teacher_gap"):  # fmt: skip
+            assert getattr(a, name) == pytest.approx(getattr(b, name), abs=1e-6), name
+        assert a.train_rollout_logprob_abs_diff == pytest.approx(
+            b.train_rollout_logprob_abs_diff, abs=1e-6
+        )
+    if signals:
+        assert kept_metrics[0].rollout_kl > 0 and kept_metrics[0].teacher_gap != 0
 
 
 def _initial() -> dict[str, torch.Tensor]:
@@ -63,6 +86,12 @@ def test_a_model_with_dropout_or_training_whole_runs_the_whole_pass() -> None:
     assert build_top_layers(TrainerConfig(train_top_layers=1), model) is None
     model.config.attention_dropout = 0.0
     assert build_top_layers(TrainerConfig(train_top_layers=1), model) is not None
+    model.config.resid_pdrop = 0.1  # a dropout under another name (Phi-style)
+    assert build_top_layers(TrainerConfig(train_top_layers=1), model) is None
+    model.config.resid_pdrop = 0.0
+    model.config.embedding_multiplier = 12.0  # Granite-style scaled embeddings
+    assert build_top_layers(TrainerConfig(train_top_layers=1), model) is None
+    model.config.embedding_multiplier = 1.0
     assert build_top_layers(TrainerConfig(), model) is None  # every layer trains
     assert build_top_layers(TrainerConfig(train_top_layers=1, zero_stage=3,
                                           update_weights_interval=0), model) is None  # fmt: skip
