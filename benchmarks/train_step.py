@@ -94,6 +94,7 @@ def positions(mbs: list[Any]) -> dict[str, int]:
     total = from_response = 0
     for mb in mbs:
         rows, width = mb.response_mask.shape
+        # MicroBatch.response_from, computed here: the earlier tree's MicroBatch has none
         first = int(mb.response_mask.sum(0).nonzero()[0])
         total += rows * width
         from_response += rows * (width - first)

@@ -62,6 +62,20 @@ def run_decoder_layers(
     return hidden
 
 
+def run_padded_rows(
+    config: Any,
+    rotary: torch.nn.Module,
+    layers: Sequence[torch.nn.Module],
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+) -> torch.Tensor:
+    """``hidden`` [B, S, D] of right-padded rows (``attention_mask`` [B, S]) through
+    ``layers`` from position 0, causal, as the model's forward runs them."""
+    positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+    mask = padded_causal_mask(config, hidden, attention_mask, positions)
+    return run_decoder_layers(rotary, layers, hidden, positions, mask)
+
+
 def padded_causal_mask(
     config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor
 ) -> Any:
@@ -94,7 +108,18 @@ def logits_from(model: Any, input_ids: torch.Tensor, start: int, **kwargs: Any) 
     positions before the first response token need none."""
     keep = input_ids.shape[1] - start
     module = getattr(model, "module", model)  # a DeepSpeed engine passes keywords through
-    if "logits_to_keep" in inspect.signature(module.forward).parameters:
+    if _keeps_logits(module):
         kwargs["logits_to_keep"] = keep
     out = model(input_ids=input_ids, **kwargs)
     return out, out.logits[:, -keep:-1]
+
+
+_KEEPS_LOGITS: dict[type, bool] = {}  # model class -> its forward takes logits_to_keep
+
+
+def _keeps_logits(module: Any) -> bool:
+    """Whether ``module``'s forward takes ``logits_to_keep`` (asked once a class)."""
+    cls = type(module)
+    if cls not in _KEEPS_LOGITS:
+        _KEEPS_LOGITS[cls] = "logits_to_keep" in inspect.signature(cls.forward).parameters
+    return _KEEPS_LOGITS[cls]

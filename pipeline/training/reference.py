@@ -24,8 +24,7 @@ from pipeline.models.decoder import (
     check_transformers,
     full_attention_only,
     logits_from,
-    padded_causal_mask,
-    run_decoder_layers,
+    run_padded_rows,
 )
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
@@ -98,9 +97,7 @@ class TopReference:
     def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None) -> torch.Tensor:
         if hidden is None:
             raise ValueError("TopReference.logprobs needs the policy's hidden state")
-        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        mask = padded_causal_mask(self.config, hidden, mb.attention_mask, positions)
-        out = run_decoder_layers(self.rotary, self.layers, hidden, positions, mask)
+        out = run_padded_rows(self.config, self.rotary, self.layers, hidden, mb.attention_mask)
         start = mb.response_from  # no head over the prompt (what the policy's pass does)
         logits = self.head(self.norm(out[:, start:-1]))
         return window_logprobs(logits, mb.input_ids, start)

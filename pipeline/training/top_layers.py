@@ -22,8 +22,7 @@ import torch
 from pipeline.models.decoder import (
     check_transformers,
     full_attention_only,
-    padded_causal_mask,
-    run_decoder_layers,
+    run_padded_rows,
 )
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
@@ -45,20 +44,15 @@ class TopLayers:
         the weights are those of the pass before the update)."""
         inner = model.model
         hidden = inner.embed_tokens(mb.input_ids)
-        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        mask = padded_causal_mask(model.config, hidden, mb.attention_mask, positions)
         below = inner.layers[: self.hidden_layer]
-        return run_decoder_layers(inner.rotary_emb, below, hidden, positions, mask)
+        return run_padded_rows(model.config, inner.rotary_emb, below, hidden, mb.attention_mask)
 
     def logits(self, model: Any, mb: MicroBatch, hidden: torch.Tensor) -> torch.Tensor:
         """[B, L-1-start, V]: the logits of each next token from ``mb``'s first response
         position (``start``) on, with the top layers' gradient."""
         inner = model.model
-        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        mask = padded_causal_mask(model.config, hidden, mb.attention_mask, positions)
-        out = run_decoder_layers(
-            inner.rotary_emb, inner.layers[self.hidden_layer :], hidden, positions, mask
-        )
+        top = inner.layers[self.hidden_layer :]
+        out = run_padded_rows(model.config, inner.rotary_emb, top, hidden, mb.attention_mask)
         logits: torch.Tensor = model.get_output_embeddings()(
             inner.norm(out[:, mb.response_from : -1])
         )
