@@ -62,6 +62,15 @@ W_OPD_HELP = (
     "combine: the weight of the teacher term (teacher - old, per token) beside the reward's "
     "weight of 1"
 )
+LR_SCHEDULE_HELP = (
+    "constant (lr at every step) or cosine (lr falls along a half cosine to 0.1 x lr at "
+    "the last step)"
+)
+KL_COEF_HELP = (
+    "weight of the KL to the initial policy in the trainer's loss (k3 on the sampled tokens): "
+    "pulls the policy back when every answer of a step scored the same; 0: measured, not "
+    "penalised"
+)
 CONSOLE_HELP = (
     "also serve `turnstream console` on the run's topics while it runs (its URL is printed "
     "first and kept in learn.json; one that fails to start is a warning)"
@@ -77,6 +86,9 @@ def learn(
     steps: int = typer.Option(DEFAULTS.steps, help="trainer steps (one weight push each)"),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="samples per trainer step"),
     lr: float = typer.Option(DEFAULTS.lr, help="Adam learning rate"),
+    kl_coef: float = typer.Option(DEFAULTS.kl_coef, help=KL_COEF_HELP),
+    lr_schedule: str = typer.Option(DEFAULTS.lr_schedule, help=LR_SCHEDULE_HELP),
+    lr_warmup: int = typer.Option(DEFAULTS.lr_warmup, help="steps that ramp lr up linearly"),
     mode: str = typer.Option(DEFAULTS.mode, help=MODE_HELP),
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
@@ -119,18 +131,9 @@ def learn(
     Exit status: 0 finished; 3 finished with the verdict "reward hacking" (held-out accuracy
     at the end more than 0.05 below version 0's); 130 interrupted; 1 on an error.
     """
-    options = learn_options(
-        model=model, users=users, steps=steps, batch_size=batch_size, lr=lr,
-        mode=mode, baseline=baseline, teacher=teacher, teacher_top_k=teacher_top_k,
-        teacher_contrast=teacher_contrast, w_opd=w_opd, max_tokens=max_tokens,
-        max_words=max_words, temperature=temperature, eval_samples=eval_samples,
-        eval_prompts=eval_prompts, eval_every=eval_every, control=control,
-        control_sessions=control_sessions, micro_batch_size=micro_batch_size,
-        train_top_layers=train_top_layers, max_ahead=max_ahead, judge=judge,
-        judge_max_tokens=judge_max_tokens, prompts=prompts, workdir=workdir, seed=seed,
-        timeout=timeout, console=with_console, console_port=console_port,
-    )  # fmt: skip
-    run_and_report(options, "run")
+    flags = dict(locals())  # every flag, by its LearnOptions name
+    flags["console"] = flags.pop("with_console")
+    run_and_report(learn_options(**flags), "run")
 
 
 def learn_options(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.events import Review, Sample
+from pipeline.policy_records import EVALUATION, PUSH, record_kind
 
 LENGTH_WINDOW = 256  # (score, length) pairs per version for the length bias
 MAX_POLICY_RECORDS = 10_000
@@ -169,12 +170,23 @@ class ConsoleIndex:
                 self._release(sample)
 
     def add_policy_version(self, record: dict[str, Any]) -> None:
-        """A policy.versions record (PolicyVersion as JSON); one without a version is ignored."""
+        """A policy.versions record: a push (PolicyVersion as JSON) or a held-out evaluation
+        of a version (its figures join the version's record, the push's kept); one without
+        a version, or of another kind, is ignored."""
         version = record.get("version")
         if not isinstance(version, int) or isinstance(version, bool):
             return
+        kind = record_kind(record)
+        if kind not in (PUSH, EVALUATION):
+            return
         with self._lock:
-            self._policy[version] = record
+            kept = self._policy.get(version, {})
+            if kind == EVALUATION:
+                figures = {k: v for k, v in record.items() if k.startswith("heldout_")}
+                self._policy[version] = {**kept, **figures, "version": version}
+            else:  # the push's fields, and any evaluation's already read
+                heldout = {k: v for k, v in kept.items() if k.startswith("heldout_")}
+                self._policy[version] = {**record, **heldout}
             while len(self._policy) > MAX_POLICY_RECORDS:
                 del self._policy[min(self._policy)]
 

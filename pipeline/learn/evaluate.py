@@ -21,6 +21,7 @@ import openai
 from pipeline.learn.preference import RightAndShort, word_count
 from pipeline.learn.prompts import Prompt, is_correct
 from pipeline.learn.users import Sampling, served_version
+from pipeline.policy_records import HeldoutEvaluation
 
 
 def is_degenerate(text: str | None, prompt: Prompt) -> bool:
@@ -86,6 +87,23 @@ class EvalResult:
     @property
     def degenerate_share(self) -> float:
         return self._share(self.degenerate)
+
+    def record(self, ts: float) -> HeldoutEvaluation | None:
+        """This evaluation as a policy.versions record, when one version gave every answer
+        (None: several versions, or a server that names none)."""
+        [(version, count)] = self.versions.items() if len(self.versions) == 1 else [("", 0)]
+        if not version.isdigit() or count != self.n or not self.n:
+            return None
+        return HeldoutEvaluation(
+            version=int(version),
+            ts=ts,
+            n=self.n,
+            heldout_accuracy=round(self.accuracy, 4),
+            heldout_success=round(self.success, 4),
+            mean_words=round(self.mean_words, 2),
+            degenerate=round(self.degenerate_share, 4),
+            label=self.label,
+        )
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -16,6 +16,7 @@ import orjson
 from pipeline.broker.following import Follower
 from pipeline.events import Sample, decode_as
 from pipeline.learn.freshness import Push
+from pipeline.policy_records import PUSH, record_kind
 from pipeline.rewards.stats import cohen_kappa, confusion_table
 from pipeline.settings import Settings
 
@@ -132,6 +133,8 @@ class Monitor:
 
     def _push(self, value: bytes) -> None:
         row = orjson.loads(value)
+        if record_kind(row) != PUSH:  # a held-out evaluation (learn's own): not a version
+            return
         self.pushes.append(Push(int(row["version"]), int(row["step"]), float(row["ts"])))
 
     def _sample(self, value: bytes) -> None:

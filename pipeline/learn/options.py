@@ -12,6 +12,7 @@ from pipeline.learn.preference import RightAndShort
 from pipeline.learn.users import Sampling
 
 MODES = ("rl", "opd", "combine")
+LR_SCHEDULES = ("constant", "cosine")
 # opd/combine: whose log-probs teach. initial: the policy's weights before learning, hinted,
 # on a server of its own (a fixed target, as OpenClaw-RL's PRM server, which no push
 # reaches); policy: the served policy itself, hinted (it moves with every push)
@@ -26,6 +27,11 @@ TEACHER_ADV_CLIP = 1.0
 # ... and relative to its mean (teacher_baseline mean): with the clip alone, entropy still
 # rose 2.5 -> 3.2 in 8 steps and held-out accuracy fell 0.183 -> 0.140
 TEACHER_BASELINE = "mean"
+# a step whose 16 answers the users all rejected keeps its -1s (the trainer's alike_steps raw):
+# centred on their mean they would be 0, and a run whose answers had collapsed to empty ones
+# (make demo, once in eight runs) then had nothing to pull it back while Adam's momentum
+# carried it further (KL to the initial policy 1.25 -> 6 -> 16 nats)
+ALIKE_STEPS = "raw"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,14 @@ class LearnOptions:
     batch_size: int = 16
     micro_batch_size: int = 8
     lr: float = 5e-4
+    # the trainer's kl_coef: the weight of the KL to the initial policy in the loss (k3 on the
+    # sampled tokens). Without it, a run can fall into answers the users all reject: every
+    # reward -1, so the step-mean baseline leaves no advantage and nothing pulls it back
+    kl_coef: float = 0.0
+    # the trainer's lr_schedule (constant, or cosine down to 0.1 x lr at the last step) and
+    # lr_warmup_steps
+    lr_schedule: str = "constant"
+    lr_warmup: int = 0
     # rl: the judge's reward; opd: teacher - old per token, the teacher (see TEACHERS) asked
     # with the hint-augmented prompt; combine: both
     mode: str = "rl"
@@ -108,6 +122,17 @@ class LearnOptions:
             raise ConfigError(
                 "teacher_contrast (--teacher-contrast) needs mode opd or combine: rl has no teacher"
             )
+        if self.lr_schedule not in LR_SCHEDULES or self.lr_warmup < 0:
+            raise ConfigError(
+                f"lr_schedule (--lr-schedule) {self.lr_schedule!r} / lr_warmup (--lr-warmup) "
+                f"{self.lr_warmup}: choose one of {', '.join(LR_SCHEDULES)}, and 0 or more "
+                "warm-up steps"
+            )
+        if not self.kl_coef >= 0:
+            raise ConfigError(
+                f"kl_coef (--kl-coef) {self.kl_coef}: the weight of the KL to the initial "
+                "policy in the loss; give a number >= 0 (0: measured, not penalised)"
+            )
         if not self.w_opd >= 0 or (self.w_opd != 1.0 and self.mode != "combine"):
             raise ConfigError(
                 f"w_opd (--w-opd) {self.w_opd}: the teacher term's weight beside the reward's "
@@ -152,7 +177,11 @@ class LearnOptions:
             "rollout_batch_size": self.batch_size,
             "micro_batch_size": self.micro_batch_size,
             "lr": self.lr,
+            "kl_coef": self.kl_coef,
+            "lr_schedule": self.lr_schedule,
+            "lr_warmup_steps": self.lr_warmup,
             "step_baseline": self.step_baseline,
+            "alike_steps": ALIKE_STEPS,
             **topk,
             **teacher,
             "weight_decay": 0.0,

@@ -84,6 +84,7 @@ class LearnReport:
     users: dict[str, Any] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    published_evaluations: int = 0  # held-out evaluations written on policy.versions
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +100,7 @@ class LearnReport:
             "pushes": self.pushes,
             "training": self.training,
             "sentinels": self.sentinels,
+            "published_evaluations": self.published_evaluations,
             "judge": self.judge,
             "users": self.users,
             "phases_s": {k: round(v, 1) for k, v in self.phases_s.items()},

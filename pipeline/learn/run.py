@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pipeline.broker.clients import producer
 from pipeline.broker.cluster import local_broker
 from pipeline.errors import TurnstreamError
 from pipeline.learn import alignment, freshness, sentinels
@@ -43,6 +44,7 @@ from pipeline.learn.stack import (
 from pipeline.learn.steps import step_split
 from pipeline.learn.users import Population, ServedTurn
 from pipeline.models.fetch import JUDGE_NAME, resolve_model
+from pipeline.policy_records import EVALUATION_KEY
 from pipeline.processes import Children, tail
 from pipeline.settings import Settings
 from pipeline.topics import admin
@@ -53,6 +55,7 @@ from pipeline.training.weights import push_to_servers
 # box within tens of tokens), and the budget only bounds a vote that would run on anyway.
 EMBEDDED_JUDGE_MAX_TOKENS = 256
 JUDGE_ROWS_PER_SAMPLE = 4  # the embedded judge decodes this many votes per sample at once
+PUBLISH_TIMEOUT_S = 30.0  # an evaluation's record on policy.versions, acknowledged
 
 
 def run_learn(settings: Settings, options: LearnOptions, console: Console) -> LearnReport:
@@ -109,6 +112,8 @@ class LearnRun:
         self.children = Children()  # stopped together, before the broker
         self.cleanup.callback(self.children.stop)
         admin.apply(s)
+        self.versions_out = producer(s, max_request_size=1 << 20)  # held-out evaluations
+        self.cleanup.callback(self.versions_out.close, timeout=5)
         self._console()
         self.server = start_server(s, self.model, w, "policy", o.server_threads)
         self._keep(self.server.proc)
@@ -211,7 +216,8 @@ class LearnRun:
 
     def evaluate(self, label: str) -> EvalResult:
         """The held-out evaluation ``label`` (before, after, control), a phase of its own."""
-        result = self._evaluation(label)
+        # the control's version 0 answered with learning off: no version of this run's
+        result = self._evaluation(label, publish=label != "control")
         self.report.evaluation[label] = result.to_json()
         self._phase(f"eval_{label}")
         return result
@@ -226,7 +232,8 @@ class LearnRun:
         self.report.evaluation.setdefault("periodic", {})[str(version)] = result.to_json()
         self._periodic_s += time.monotonic() - began
 
-    def _evaluation(self, label: str) -> EvalResult:
+    def _evaluation(self, label: str, publish: bool = True) -> EvalResult:
+        """One held-out evaluation, printed; ``publish``: also on policy.versions."""
         o = self.options
         result = evaluate(
             label, self.server.url, self.heldout, o.preference, o.sampling, o.eval_samples,
@@ -237,7 +244,32 @@ class LearnRun:
             f"{result.accuracy:.3f}, degenerate {result.degenerate_share:.3f} of n={result.n}, "
             f"{result.mean_words:.1f} words on average, versions {result.versions}"
         )
+        if publish:
+            self._publish(result)
         return result
+
+    def _publish(self, result: EvalResult) -> None:
+        """The evaluation on policy.versions beside the trainer's pushes (the validation
+        signal: the console and the proxy's gauges show it); a failure is a warning, as
+        learn.json keeps the figures."""
+        record = result.record(time.time())
+        if record is None:
+            self.console.print(
+                f"[yellow]warning:[/] held-out ({result.label}) not published on "
+                f"policy.versions: its answers came from versions {result.versions}, not one"
+            )
+            return
+        topic = self.settings.topics.policy_versions.name
+        try:
+            sent = self.versions_out.send(topic, record.encode(), key=EVALUATION_KEY)
+            sent.get(timeout=PUBLISH_TIMEOUT_S)
+        except Exception as exc:  # the broker is away: the run goes on, learn.json has it
+            self.console.print(
+                f"[yellow]warning:[/] held-out ({result.label}) of version {record.version} "
+                f"not published on {topic}: {exc!r}"
+            )
+        else:
+            self.report.published_evaluations += 1
 
     def _population(self, run_id: str, seed: int) -> Population:
         o = self.options

@@ -31,6 +31,18 @@ UPSTREAM_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 POLICY_VERSION = Gauge("turnstream_proxy_policy_version", "policy version stamped on new turns")
+# the newest held-out evaluation on policy.versions (the validation signal beside the
+# trainer's turnstream_trainer_reward_mean; see pipeline.policy_records)
+HELDOUT = {
+    field: Gauge(f"turnstream_policy_{field}", text)
+    for field, text in (
+        ("heldout_version", "policy version of the newest held-out evaluation on policy.versions"),
+        ("heldout_accuracy", "its share of held-out answers right against their ground truth"),
+        ("heldout_success", "its share right, short and ended by itself"),
+        ("heldout_mean_words", "its mean words an answer"),
+        ("heldout_degenerate", "its share of degenerate answers (empty, or one wrong word)"),
+    )
+}
 ROLLOUT_ENDS = Counter(
     "turnstream_proxy_rollout_ends_total",
     "rollout sessions ended on the rollout route, by status (success, failed)",

@@ -9,6 +9,7 @@ import orjson
 
 from pipeline.backoff import RetryPolicy, retry
 from pipeline.broker.following import Follower
+from pipeline.policy_records import PUSH, decode_evaluation, record_kind
 from pipeline.proxy import metrics
 from pipeline.settings import Settings
 
@@ -22,6 +23,7 @@ class PolicyVersions:
         self.settings = settings
         self.topic = settings.topics.policy_versions.name
         self.current: int | None = None
+        self.heldout_version = -1  # of the newest held-out evaluation read (-1: none yet)
         self.retry_policy = RetryPolicy(None, 1.0, settings.proxy.versions_retry_max_s)
         self._stop = threading.Event()
         self._caught_up = threading.Event()
@@ -40,14 +42,32 @@ class PolicyVersions:
 
     def observe(self, value: bytes | None) -> None:
         try:
-            version = int(orjson.loads(value or b"null")["version"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            record = orjson.loads(value or b"null")
+            kind = record_kind(record)
+            version = int(record["version"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             log.warning("ignoring an unreadable record on %s: %r", self.topic, (value or b"")[:200])
+            return
+        if kind != PUSH:  # a held-out evaluation of a version served before: its gauges
+            self._evaluated(record)
             return
         if self.current is None or version > self.current:
             self.current = version
             metrics.POLICY_VERSION.set(version)
             log.info("policy version %d is now stamped on new turns", version)
+
+    def _evaluated(self, record: dict[str, object]) -> None:
+        evaluation = decode_evaluation(record)
+        if evaluation is None:
+            log.debug("skipping a %r record on %s", record.get("kind"), self.topic)
+            return
+        if evaluation.version >= self.heldout_version:  # the newest version's
+            self.heldout_version = evaluation.version
+            metrics.HELDOUT["heldout_version"].set(evaluation.version)
+            metrics.HELDOUT["heldout_accuracy"].set(evaluation.heldout_accuracy)
+            metrics.HELDOUT["heldout_success"].set(evaluation.heldout_success)
+            metrics.HELDOUT["heldout_mean_words"].set(evaluation.mean_words)
+            metrics.HELDOUT["heldout_degenerate"].set(evaluation.degenerate)
 
     def _run(self) -> None:
         try:  # the proxy keeps serving; the version may lag meanwhile

@@ -239,10 +239,15 @@ def collate_topk(
     return ids, logprobs, has
 
 
-def step_baseline(samples: Sequence[TokenizedSample], method: str) -> list[TokenizedSample]:
+def step_baseline(
+    samples: Sequence[TokenizedSample], method: str, alike: str = "no_signal"
+) -> list[TokenizedSample]:
     """The step's samples with each reward taken relative to the others' (``method`` as in
     :func:`~pipeline.rewards.group.group_advantages`); ``none`` leaves them as they are.
 
+    A step whose samples all scored the same has no relative signal: ``alike`` no_signal
+    makes every advantage 0 (the arithmetic of a baseline), raw keeps their scores as they
+    are (a step of rejected answers pushes them down; see ``TrainerConfig.alike_steps``).
     Pads and samples without a response token train on nothing, so they neither take part
     in the baseline nor get one.
     """
@@ -251,7 +256,10 @@ def step_baseline(samples: Sequence[TokenizedSample], method: str) -> list[Token
     from pipeline.rewards.group import group_advantages
 
     counted = [i for i, s in enumerate(samples) if s.response_ids]
-    advantages = group_advantages([samples[i].reward for i in counted], method)  # type: ignore[arg-type]
+    scores = [samples[i].reward for i in counted]
+    if alike == "raw" and len(set(scores)) == 1:
+        return list(samples)
+    advantages = group_advantages(scores, method)  # type: ignore[arg-type]
     out = list(samples)
     for i, advantage in zip(counted, advantages, strict=True):
         out[i] = dataclasses.replace(samples[i], reward=advantage)

@@ -55,6 +55,15 @@ class TrainerConfig:
     weight_decay: float = opt(0.1, "AdamW weight decay")
     betas: list[float] = opt([0.9, 0.98], "Adam betas")
     grad_clip: float = opt(1.0, "gradient norm clip")
+    lr_schedule: Literal["constant", "cosine"] = opt(
+        "constant",
+        "constant: lr at every step; cosine: lr falls along a half cosine from lr (after the "
+        "warm-up) to lr * lr_min_ratio at step max_steps (needs max_steps)",
+    )
+    lr_warmup_steps: int = opt(
+        0, "the first N optimizer steps ramp lr up linearly: step k (1..N) takes lr * k/(N+1)"
+    )
+    lr_min_ratio: float = opt(0.1, "cosine: the last step's lr as a share of lr")
     # Loss
     eps_clip: float = opt(0.2, "PPO clip below 1")
     eps_clip_high: float = opt(0.28, "PPO clip above 1")
@@ -82,6 +91,13 @@ class TrainerConfig:
         "rl reward relative to the other samples of the same optimizer step (a baseline for "
         "ungrouped samples, as REINFORCE with a batch baseline): r - mean, (r - mean) / std or "
         "r - mean of the others; none = the raw score (the reference's behaviour)",
+    )
+    alike_steps: Literal["no_signal", "raw"] = opt(
+        "no_signal",
+        "step_baseline: a step whose samples all scored the same (every answer rejected, "
+        "say) has no relative signal; no_signal: every advantage 0 (only Adam's momentum "
+        "moves the weights), raw: its scores as they are (a step of -1s pushes its answers "
+        "down, away from what every user rejected)",
     )
     kl_coef: float = opt(
         0.0,
@@ -205,6 +221,13 @@ class TrainerConfig:
         if self.teacher_adv_clip is not None and self.teacher_adv_clip <= 0:
             raise ValueError(
                 f"teacher_adv_clip must be > 0 (or unset), got {self.teacher_adv_clip}"
+            )
+        if self.lr_schedule == "cosine" and not self.max_steps:
+            raise ValueError("lr_schedule cosine needs max_steps (where the cosine ends)")
+        if self.lr_warmup_steps < 0 or not 0.0 <= self.lr_min_ratio <= 1.0:
+            raise ValueError(
+                f"lr_warmup_steps must be >= 0 and lr_min_ratio within [0, 1], got "
+                f"{self.lr_warmup_steps} and {self.lr_min_ratio}"
             )
         if len(self.betas) != 2:
             raise ValueError(f"betas needs two values, got {self.betas}")

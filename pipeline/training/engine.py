@@ -8,6 +8,8 @@ the gloo backend and fp32; on GPUs with bf16 and ZeRO 2/3, launched by the
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -126,6 +128,27 @@ def deepspeed_config(config: TrainerConfig) -> dict[str, Any]:
     }
 
 
+def lr_factor(step: int, config: TrainerConfig) -> float:
+    """The share of ``lr`` that optimizer step ``step`` (0 for the first) updates with:
+    ``lr_warmup_steps`` linear steps up, then 1 (constant) or a half cosine down to
+    ``lr_min_ratio`` at the last of ``max_steps`` steps (and there after)."""
+    warmup = config.lr_warmup_steps
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if config.lr_schedule == "constant" or config.max_steps is None:
+        return 1.0
+    span = max(config.max_steps - 1 - warmup, 1)
+    progress = min((step - warmup) / span, 1.0)
+    low = config.lr_min_ratio
+    return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def lr_scheduler(optimizer: Any, config: TrainerConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule DeepSpeed steps after each optimizer step (and keeps in its checkpoints:
+    the step count, from which a resumed run takes up the same lr)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(lr_factor, config=config))
+
+
 def token_logprobs(model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, L-1] log-prob of each next token from ``mb``'s first response position on, 0
     before it; [B, L-1-start, V] the logits of those positions)."""
@@ -179,6 +202,7 @@ class StepMetrics:
     topk_kl: float = 0.0
     teacher_gap: float = 0.0  # opd/combine: mean teacher - old (unclipped) over taught tokens
     samples_per_s: float = 0.0  # the step's samples (every rank's) over its time, as tokens_per_s
+    lr: float = 0.0  # the learning rate of the step's update (lr_schedule)
 
 
 SUMMED = (
@@ -211,6 +235,7 @@ class PolicyEngine:
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(config),
+            lr_scheduler=functools.partial(lr_scheduler, config=config),
         )
         self.steps = 0
 
@@ -299,6 +324,7 @@ class PolicyEngine:
             self.engine.backward(parts["loss"] * weight * world)
             for key in sums:
                 sums[key] += float(parts[key].detach()) * weight
+        lr = float(self.engine.get_lr()[0])
         self.engine.step()
         self.steps += 1
         if world > 1:  # metrics of the whole step, not of this rank's shard
@@ -306,7 +332,9 @@ class PolicyEngine:
             torch.distributed.all_reduce(summed)
             sums = dict(zip(sums, summed.tolist(), strict=True))
         elapsed = time.perf_counter() - started
-        return self._metrics(batches, olds, sums, (tokens, samples), elapsed)
+        return dataclasses.replace(
+            self._metrics(batches, olds, sums, (tokens, samples), elapsed), lr=lr
+        )
 
     def _metrics(
         self,

@@ -29,6 +29,7 @@ STEP_FIELDS = (
     "samples_per_s",
     "train_rollout_logprob_abs_diff",
     "staleness",
+    "lr",
     "policy_version",
     "step",
 )

@@ -198,7 +198,8 @@ class Trainer:
         began = time.perf_counter()
         samples = self.intake.take_batch()
         tokens, count = step_totals(samples)
-        shards = self._shards(step_baseline(samples, self.config.step_baseline))
+        c = self.config
+        shards = self._shards(step_baseline(samples, c.step_baseline, c.alike_steps))
         tag = step_tag(self.state.step + 1)
         message = {"kind": "step", "shards": shards, "tokens": tokens, "samples": count}
         self._broadcast({**message, "tag": tag})

@@ -74,6 +74,7 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
             assert sample.policy_version == t["version"], t
             assert sample.score == (1.0 if t["met"] else -1.0)
     assert report["training"]["steps"] == 2 and report["training"]["samples_trained"] == 8
+    assert_evaluations_published(report, read_all(run, run.topics.policy_versions.name))
     alignment = report["alignment"]
     assert alignment["tokens"] >= 16 and alignment["within_bounds"], alignment
     assert alignment["mean_abs_diff"] <= 1e-4 and alignment["max_abs_diff"] <= 1e-3
@@ -81,6 +82,27 @@ def test_a_short_live_loop_trains_pushes_and_serves_the_new_versions(
     assert (workdir / "learn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "final - control" in result.stdout
     assert_sentinels(report, result.stdout)
+
+
+def assert_evaluations_published(report: dict, records: list) -> None:
+    """policy.versions holds the trainer's two pushes and, beside them, learn's held-out
+    evaluations of versions 0, 1 and 2 (not the control's), with the figures of learn.json."""
+    values = [json.loads(r.value) for r in records]
+    pushes = [v for v in values if "kind" not in v]
+    evaluations = [v for v in values if v.get("kind") == "evaluation"]
+    assert len(values) == len(pushes) + len(evaluations)
+    assert [p["version"] for p in pushes] == [1, 2]
+    assert [(e["version"], e["label"]) for e in evaluations] == [
+        (0, "before"), (1, "version 1"), (2, "after"),
+    ]  # fmt: skip
+    by_label = {"before": report["eval"]["before"], "after": report["eval"]["after"],
+                "version 1": report["eval"]["periodic"]["1"]}  # fmt: skip
+    for e in evaluations:
+        figures = by_label[e["label"]]
+        assert e["heldout_accuracy"] == figures["accuracy"] and e["n"] == figures["n"] == 4
+        assert e["heldout_success"] == figures["success"], (e, figures)
+        assert e["degenerate"] == figures["degenerate"], (e, figures)
+    assert report["published_evaluations"] == 3
 
 
 def assert_sentinels(report: dict, stdout: str) -> None:

@@ -277,4 +277,7 @@ def test_a_step_baseline_takes_each_reward_relative_to_the_rest_of_its_step() ->
     assert [s.reward for s in loo] == pytest.approx([2.0, -2 / 3, -2 / 3, -2 / 3])
     failed = [dataclasses.replace(s, reward=-1.0) for s in step]
     assert [s.reward for s in step_baseline(failed, "mean")] == [0.0] * 4  # nothing to learn
+    raw = step_baseline([*failed, pad], "mean", alike="raw")  # every answer rejected
+    assert [s.reward for s in raw] == [-1.0, -1.0, -1.0, -1.0, 0.0]
+    assert [s.reward for s in step_baseline(step, "mean", alike="raw")] == [1.5, -0.5, -0.5, -0.5]
     assert [s.reward for s in step] == [1, -1, -1, -1]  # the step's own samples are unchanged

@@ -200,26 +200,55 @@ def test_a_contrastive_teacher_reaches_the_worker(monkeypatch: pytest.MonkeyPatc
     assert worker_settings(monkeypatch, "combine").teacher_contrast is False
 
 
-def test_w_opd_reaches_the_combine_trainer_from_the_command_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """--w-opd sets the trainer's w_opd in combine (the reward's stays 1); the other modes'
-    trainers keep the default and their configs say nothing of it."""
+def learned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *flags: str) -> tuple[Any, Any]:
+    """`turnstream learn FLAGS` up to its options, and the config its trainer would load."""
     from pipeline.cli import learn as learn_cli
     from pipeline.learn import stack
 
     seen: list[LearnOptions] = []
     monkeypatch.setattr(learn_cli, "run_and_report", lambda options, what: seen.append(options))
-    result = runner.invoke(app, ["learn", "--mode", "combine", "--w-opd", "0.25"])
+    result = runner.invoke(app, ["learn", *flags])
     assert result.exit_code == 0, result.output
     [options] = seen
     monkeypatch.setattr(stack, "spawn_cli", lambda *args: None)
     _proc, files = stack.start_trainer(
         Settings(), tmp_path / "model", "http://policy:1", tmp_path, options.trainer_options()
     )
-    config = load_trainer_config(files.config)
+    return options, load_trainer_config(files.config)
+
+
+def test_w_opd_reaches_the_combine_trainer_from_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--w-opd sets the trainer's w_opd in combine (the reward's stays 1); the other modes'
+    trainers keep the default and their configs say nothing of it."""
+    options, config = learned(monkeypatch, tmp_path, "--mode", "combine", "--w-opd", "0.25")
     assert (config.mode, config.w_opd, config.w_rl) == ("combine", 0.25, 1.0)
     assert options.to_json()["w_opd"] == 0.25
     assert "w_opd" not in LearnOptions(mode="opd").trainer_options()
     refused = runner.invoke(app, ["learn", "--mode", "rl", "--w-opd", "0.5"])
     assert isinstance(refused.exception, ConfigError) and "--w-opd" in str(refused.exception)
+
+
+def test_kl_coef_and_the_lr_schedule_reach_the_trainer_from_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--kl-coef sets the trainer's kl_coef in every mode, --lr-schedule and --lr-warmup its
+    schedule; a negative or NaN weight, an unknown schedule are refused with the flag
+    named. A step of answers all rejected keeps its scores (alike_steps raw)."""
+    flags = ["--kl-coef", "0.05", "--lr-schedule", "cosine", "--lr-warmup", "2", "--steps", "8"]
+    options, config = learned(monkeypatch, tmp_path, *flags)
+    assert (config.mode, config.kl_coef, config.kl_kind) == ("rl", 0.05, "k3")
+    assert (config.lr_schedule, config.lr_warmup_steps, config.max_steps) == ("cosine", 2, 8)
+    assert config.alike_steps == "raw" and config.step_baseline == "mean"
+    assert options.to_json()["kl_coef"] == 0.05
+    assert LearnOptions(mode="opd", kl_coef=0.2).trainer_options()["kl_coef"] == 0.2
+    for flag, bad, named in (
+        ("--kl-coef", "-0.1", "kl_coef (--kl-coef)"),
+        ("--kl-coef", "nan", "kl_coef (--kl-coef)"),
+        ("--lr-schedule", "linear", "lr_schedule (--lr-schedule) 'linear'"),
+        ("--lr-warmup", "-1", "lr_warmup (--lr-warmup) -1"),
+    ):
+        refused = runner.invoke(app, ["learn", flag, bad])
+        assert isinstance(refused.exception, ConfigError), refused.output
+        assert named in str(refused.exception)

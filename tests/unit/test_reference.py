@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from pipeline.errors import ConfigError
-from pipeline.training.batch import MicroBatch, TokenizedSample, micro_batches
+from pipeline.training.batch import MicroBatch, TokenizedSample, micro_batches, step_baseline
 from pipeline.training.config import TrainerConfig
 from pipeline.training.engine import PolicyEngine, build_model, freeze_below_top, token_logprobs
 from pipeline.training.metrics import MetricsSink
@@ -28,14 +28,18 @@ def config(**kw) -> TrainerConfig:  # type: ignore[no-untyped-def]
     return TrainerConfig(**{**options, **kw})  # type: ignore[arg-type]
 
 
-def batches(rewards: list[float]) -> list[MicroBatch]:
+def samples(rewards: list[float]) -> list[TokenizedSample]:
     """Samples of different lengths, so every micro-batch has right padding."""
     out = []
     for i, r in enumerate(rewards):
         prompt = [(i * 7 + j) % VOCAB for j in range(4 + 2 * i)]
         response = [(i * 5 + j + 1) % VOCAB for j in range(3 + i % 2)]
         out.append(TokenizedSample(f"s:{i}", prompt, response, r, None, None, 0))
-    return micro_batches(out, 2, pad_id=0)
+    return out
+
+
+def batches(rewards: list[float]) -> list[MicroBatch]:
+    return micro_batches(samples(rewards), 2, pad_id=0)
 
 
 def real_positions(mb: MicroBatch) -> torch.Tensor:
@@ -170,3 +174,34 @@ def test_a_steps_sentinels_reach_prometheus_and_the_metrics_log(tmp_path: Path) 
         assert row[name] == getattr(stats, name)
         assert REGISTRY.get_sample_value(f"turnstream_trainer_{name}") == pytest.approx(row[name])
     assert row["reward_mean"] == pytest.approx(0.375)
+
+
+def test_kl_coef_pulls_back_a_policy_whose_step_has_no_reward_signal() -> None:
+    """A step whose samples all scored the same (every answer rejected) gives the step-mean
+    baseline no advantage at all: without kl_coef only Adam's momentum from the steps before
+    moves the weights; with it, the KL to the initial weights falls at every step, and much
+    further."""
+    drift = batches([1.0, -1.0, 1.0, -1.0])
+    centred = step_baseline(samples([-1.0] * 4), "mean")
+    assert [s.reward for s in centred] == [0.0] * 4
+    flat = micro_batches(centred, 2, pad_id=0)
+    full = FullReference(build_model(config(), VOCAB), "cpu")
+    refs = [full.logprobs(mb) for mb in flat]
+
+    def kl(e: PolicyEngine) -> float:
+        return k3_by_hand([e.logprobs(mb) for mb in flat], refs, flat)
+
+    kls: dict[float, list[float]] = {}
+    for coef in (0.0, 1.0):
+        eng = PolicyEngine(config(kl_coef=coef, weight_decay=0.0), vocab_size=VOCAB)
+        for _ in range(4):  # away from the initial weights (less far with the penalty)
+            eng.train_step(drift)
+        kls[coef] = [kl(eng)]
+        assert kls[coef][0] > 1e-3, kls
+        for _ in range(4):
+            stats = eng.train_step(flat)
+            assert stats.pg_loss == pytest.approx(0.0, abs=1e-7)  # no advantage anywhere
+            kls[coef].append(kl(eng))
+    penalised, free = (kls[c][-1] / kls[c][0] for c in (1.0, 0.0))
+    assert all(b < a for a, b in zip(kls[1.0], kls[1.0][1:], strict=False)), kls
+    assert penalised < 0.5 * free, kls  # 0.25 of its start against 0.67

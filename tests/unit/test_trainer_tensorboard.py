@@ -27,7 +27,7 @@ from tests.tiny_policy import TINY, VOCAB
 TRAIN = (
     "loss", "pg_loss", "pg_clipfrac", "ppo_kl", "rollout_kl", "tis_weight_mean",
     "tis_clipfrac", "topk_kl", "teacher_gap", "entropy", "kl", "reward_mean",
-    "response_length", "train_rollout_logprob_abs_diff", "staleness", "policy_version",
+    "response_length", "train_rollout_logprob_abs_diff", "staleness", "policy_version", "lr",
 )  # fmt: skip
 PERF = ("tokens", "tokens_per_s", "samples", "samples_per_s")
 TIMES = ("wait", "train", "push", "checkpoint")
