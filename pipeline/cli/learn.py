@@ -66,6 +66,10 @@ LR_SCHEDULE_HELP = (
     "constant (lr at every step) or cosine (lr falls along a half cosine to 0.1 x lr at "
     "the last step)"
 )
+ENTROPY_HELP = (
+    "the trainer's entropy_coef: > 0 rewards entropy, < 0 penalises it (sharpens the policy "
+    "toward its likeliest answer)"
+)
 KL_COEF_HELP = (
     "weight of the KL to the initial policy in the trainer's loss (k3 on the sampled tokens): "
     "pulls the policy back when every answer of a step scored the same; 0: measured, not "
@@ -89,6 +93,7 @@ def learn(
     kl_coef: float = typer.Option(DEFAULTS.kl_coef, help=KL_COEF_HELP),
     lr_schedule: str = typer.Option(DEFAULTS.lr_schedule, help=LR_SCHEDULE_HELP),
     lr_warmup: int = typer.Option(DEFAULTS.lr_warmup, help="steps that ramp lr up linearly"),
+    entropy_coef: float = typer.Option(DEFAULTS.entropy_coef, help=ENTROPY_HELP),
     mode: str = typer.Option(DEFAULTS.mode, help=MODE_HELP),
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),

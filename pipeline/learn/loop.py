@@ -69,6 +69,9 @@ class Users:
         self._thread.join(timeout=timeout_s)
 
 
+# between two looks at the run (the monitor's poll waits up to 0.2 s more): held users start
+# this soon after the trainer's ledger settles their batch
+FOLLOW_PAUSE_S = 0.1
 STALL_S = 600.0  # users held back this long while nothing moves: the run cannot go on
 
 
@@ -234,7 +237,7 @@ def follow(
                 return
             if time.monotonic() > deadline:
                 raise TurnstreamError(f"the run did not finish {phase} in time")
-            time.sleep(0.5)
+            time.sleep(FOLLOW_PAUSE_S)
 
 
 def pace(users: Users, monitor: Monitor, max_ahead: int, stall: Stall) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,14 @@ class LearnOptions:
     # reward -1, so the step-mean baseline leaves no advantage and nothing pulls it back
     kl_coef: float = 0.0
     # the trainer's lr_schedule (constant, or cosine down to 0.1 x lr at the last step) and
-    # lr_warmup_steps
-    lr_schedule: str = "constant"
+    # lr_warmup_steps. cosine: held-out success 0.366 and 0.344 after 16 steps in two runs
+    # (monotone but for one dip), against 0.333 and 0.280 at a constant lr, which peaked at
+    # version 4 and fell back
+    lr_schedule: str = "cosine"
     lr_warmup: int = 0
+    # the trainer's entropy_coef: > 0 an entropy bonus, < 0 entropy minimisation (sharpens the
+    # policy toward its likeliest answer)
+    entropy_coef: float = 0.0
     # rl: the judge's reward; opd: teacher - old per token, the teacher (see TEACHERS) asked
     # with the hint-augmented prompt; combine: both
     mode: str = "rl"
@@ -128,6 +134,11 @@ class LearnOptions:
                 f"{self.lr_warmup}: choose one of {', '.join(LR_SCHEDULES)}, and 0 or more "
                 "warm-up steps"
             )
+        if not math.isfinite(self.entropy_coef):
+            raise ConfigError(
+                f"entropy_coef (--entropy-coef) {self.entropy_coef}: give a finite number "
+                "(> 0 a bonus for entropy, < 0 a penalty, 0 none)"
+            )
         if not self.kl_coef >= 0:
             raise ConfigError(
                 f"kl_coef (--kl-coef) {self.kl_coef}: the weight of the KL to the initial "
@@ -180,6 +191,7 @@ class LearnOptions:
             "kl_coef": self.kl_coef,
             "lr_schedule": self.lr_schedule,
             "lr_warmup_steps": self.lr_warmup,
+            "entropy_coef": self.entropy_coef,
             "step_baseline": self.step_baseline,
             "alike_steps": ALIKE_STEPS,
             **topk,

@@ -103,7 +103,7 @@ class Population:
         session = 0
         while not self.stopping:
             if self.paused:
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)  # held: look again soon (a step waits on them)
                 continue
             self.started += 1
             prompt = rng.choice(self.prompts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -188,6 +189,20 @@ def test_opd_moves_the_policy_toward_the_teacher() -> None:
     assert stats.kl == pytest.approx(0.0, abs=1e-6)  # reference = policy before the step
     assert stats.entropy > 0
     assert eng.train_step(mbs).kl > 0
+
+
+def test_a_negative_entropy_coef_sharpens_the_policy_and_a_positive_one_flattens_it() -> None:
+    """With no reward signal (every advantage 0) only the entropy term moves the policy: a
+    penalty (entropy_coef < 0) lowers its entropy over the responses, a bonus raises it."""
+    mbs = micro_batches(samples([0.0, 0.0, 0.0, 0.0]), 2, pad_id=0)
+    entropies = {}
+    for coef in (-1.0, 1.0):
+        eng = engine("rl", entropy_coef=coef, weight_decay=0.0)
+        entropies[coef] = [eng.train_step(mbs).entropy for _ in range(4)]
+        assert entropies[coef][0] == pytest.approx(entropies[-1.0][0])  # the same start
+    low, high = entropies[-1.0], entropies[1.0]
+    assert all(b < a for a, b in itertools.pairwise(low)), entropies
+    assert all(b > a for a, b in itertools.pairwise(high)), entropies
 
 
 def test_a_contrastive_teacher_gap_is_hinted_minus_neutral_whatever_the_policy_says() -> None:

@@ -234,13 +234,15 @@ def test_kl_coef_and_the_lr_schedule_reach_the_trainer_from_the_command_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """--kl-coef sets the trainer's kl_coef in every mode, --lr-schedule and --lr-warmup its
-    schedule; a negative or NaN weight, an unknown schedule are refused with the flag
-    named. A step of answers all rejected keeps its scores (alike_steps raw)."""
+    schedule, --entropy-coef its entropy_coef; a negative or NaN KL weight, an unknown
+    schedule, an infinite entropy weight are refused with the flag named. A step of answers
+    all rejected keeps its scores (alike_steps raw)."""
     flags = ["--kl-coef", "0.05", "--lr-schedule", "cosine", "--lr-warmup", "2", "--steps", "8"]
-    options, config = learned(monkeypatch, tmp_path, *flags)
+    options, config = learned(monkeypatch, tmp_path, *flags, "--entropy-coef", "-0.05")
     assert (config.mode, config.kl_coef, config.kl_kind) == ("rl", 0.05, "k3")
     assert (config.lr_schedule, config.lr_warmup_steps, config.max_steps) == ("cosine", 2, 8)
     assert config.alike_steps == "raw" and config.step_baseline == "mean"
+    assert config.entropy_coef == -0.05
     assert options.to_json()["kl_coef"] == 0.05
     assert LearnOptions(mode="opd", kl_coef=0.2).trainer_options()["kl_coef"] == 0.2
     for flag, bad, named in (
@@ -248,6 +250,7 @@ def test_kl_coef_and_the_lr_schedule_reach_the_trainer_from_the_command_line(
         ("--kl-coef", "nan", "kl_coef (--kl-coef)"),
         ("--lr-schedule", "linear", "lr_schedule (--lr-schedule) 'linear'"),
         ("--lr-warmup", "-1", "lr_warmup (--lr-warmup) -1"),
+        ("--entropy-coef", "inf", "entropy_coef (--entropy-coef) inf"),
     ):
         refused = runner.invoke(app, ["learn", flag, bad])
         assert isinstance(refused.exception, ConfigError), refused.output
