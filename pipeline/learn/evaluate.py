@@ -91,8 +91,8 @@ class EvalResult:
     def record(self, ts: float) -> HeldoutEvaluation | None:
         """This evaluation as a policy.versions record, when one version gave every answer
         (None: several versions, or a server that names none)."""
-        [(version, count)] = self.versions.items() if len(self.versions) == 1 else [("", 0)]
-        if not version.isdigit() or count != self.n or not self.n:
+        [(version, count), *others] = self.versions.items() or [("", 0)]
+        if others or not version.isdigit() or not self.n or count != self.n:
             return None
         return HeldoutEvaluation(
             version=int(version),

@@ -33,16 +33,17 @@ UPSTREAM_LATENCY = Histogram(
 POLICY_VERSION = Gauge("turnstream_proxy_policy_version", "policy version stamped on new turns")
 # the newest held-out evaluation on policy.versions (the validation signal beside the
 # trainer's turnstream_trainer_reward_mean; see pipeline.policy_records)
-HELDOUT = {
-    field: Gauge(f"turnstream_policy_{field}", text)
-    for field, text in (
-        ("heldout_version", "policy version of the newest held-out evaluation on policy.versions"),
-        ("heldout_accuracy", "its share of held-out answers right against their ground truth"),
-        ("heldout_success", "its share right, short and ended by itself"),
-        ("heldout_mean_words", "its mean words an answer"),
-        ("heldout_degenerate", "its share of degenerate answers (empty, or one wrong word)"),
+HELDOUT = {  # HeldoutEvaluation's field -> its gauge
+    field: Gauge(f"turnstream_policy_{name}", text)
+    for field, name, text in (
+        ("version", "heldout_version", "policy version of the newest held-out evaluation"),
+        ("heldout_accuracy", "heldout_accuracy", "its share of answers right (ground truth)"),
+        ("heldout_success", "heldout_success", "its share right, short and ended by itself"),
+        ("mean_words", "heldout_mean_words", "its mean words an answer"),
+        ("degenerate", "heldout_degenerate", "its share of degenerate answers (empty, or one "
+         "wrong word)"),
     )
-}
+}  # fmt: skip
 ROLLOUT_ENDS = Counter(
     "turnstream_proxy_rollout_ends_total",
     "rollout sessions ended on the rollout route, by status (success, failed)",

@@ -63,11 +63,8 @@ class PolicyVersions:
             return
         if evaluation.version >= self.heldout_version:  # the newest version's
             self.heldout_version = evaluation.version
-            metrics.HELDOUT["heldout_version"].set(evaluation.version)
-            metrics.HELDOUT["heldout_accuracy"].set(evaluation.heldout_accuracy)
-            metrics.HELDOUT["heldout_success"].set(evaluation.heldout_success)
-            metrics.HELDOUT["heldout_mean_words"].set(evaluation.mean_words)
-            metrics.HELDOUT["heldout_degenerate"].set(evaluation.degenerate)
+            for field, gauge in metrics.HELDOUT.items():
+                gauge.set(getattr(evaluation, field))
 
     def _run(self) -> None:
         try:  # the proxy keeps serving; the version may lag meanwhile
