@@ -110,14 +110,24 @@ class Watched:
                 raise TurnstreamError(f"the {name} exited with {proc.returncode}:\n{tail(log)}")
 
 
-def settled(turns: list[ServedTurn], monitor: Monitor) -> int:
-    """Served turns whose sample the trainer trained (its weights pushed first) or excluded."""
-    count = 0
+def settled(turns: list[ServedTurn], monitor: Monitor, batch_size: int | None = None) -> int:
+    """Served turns whose sample the trainer trained (its weights pushed first) or excluded.
+
+    With ``batch_size`` (every sample of ``turns`` is this trainer's, each step takes that
+    many): a push counts its step's samples as trained before the ledger lists them. The
+    ledger is written after the checkpoint that follows the push, so the users start the
+    next batch, on the pushed weights, while the trainer checkpoints."""
+    trained = excluded = 0
     for t in turns:
         scored = monitor.scored.get(sample_id(t))
-        if sample_id(t) in monitor.trained or (scored is not None and not scored.included):
-            count += 1
-    return count
+        if sample_id(t) in monitor.trained:
+            trained += 1
+        elif scored is not None and not scored.included:
+            excluded += 1
+    if batch_size is not None:
+        pushed = monitor.pushed_step * batch_size
+        trained = max(trained, min(pushed, len(turns) - excluded))
+    return trained + excluded
 
 
 def waiting_samples(turns: list[ServedTurn], monitor: Monitor) -> int:
@@ -210,11 +220,13 @@ def follow(
     deadline: float,
     on_push: Callable[[int], None] | None = None,
     evaluation: Mapping[str, Any] | None = None,
+    batch_size: int | None = None,
 ) -> None:
     """Live view until ``done()``; at most ``max_ahead`` sessions are ahead of the trainer
-    (started, and their sample neither trained nor excluded). ``on_push(version)`` runs for
-    each push seen, while no user starts a session. ``evaluation`` (the report's, filled
-    by ``on_push``) feeds the sentinels: a divergence is warned of as it shows."""
+    (started, and their sample neither trained nor excluded; a push settles ``batch_size``
+    samples a step, see ``settled``). ``on_push(version)`` runs for each push seen, while no
+    user starts a session. ``evaluation`` (the report's, filled by ``on_push``) feeds the
+    sentinels: a divergence is warned of as it shows."""
     stall = Stall()
     pushes = len(monitor.pushes)
     shared = evaluation if evaluation is not None else {}  # the same dict, filled as it goes
@@ -230,7 +242,7 @@ def follow(
                     hold_users(users.population, functools.partial(on_push, push.version))
                 pushes = len(monitor.pushes)
             if max_ahead is not None:
-                pace(users, monitor, max_ahead, stall)
+                pace(users, monitor, max_ahead, stall, batch_size)
             found = watch.check(monitor.steps)
             view.show(snapshot(phase, users, monitor, started, max_steps, found))
             if done():
@@ -240,11 +252,13 @@ def follow(
             time.sleep(FOLLOW_PAUSE_S)
 
 
-def pace(users: Users, monitor: Monitor, max_ahead: int, stall: Stall) -> None:
-    """Let users start sessions up to ``max_ahead`` past the settled ones; ``stall`` raises
-    when they are held back and nothing moves."""
+def pace(
+    users: Users, monitor: Monitor, max_ahead: int, stall: Stall, batch_size: int | None = None
+) -> None:
+    """Let users start sessions up to ``max_ahead`` past the settled ones (see ``settled``
+    for ``batch_size``); ``stall`` raises when they are held back and nothing moves."""
     turns = users.turns
-    count = settled(turns, monitor)
+    count = settled(turns, monitor, batch_size)
     users.population.allowed = count + max_ahead
     progress = (len(turns), count, len(monitor.scored), len(monitor.steps))
     stall.check(users.population.paused, progress, len(turns) - count)

@@ -154,5 +154,10 @@ class Monitor:
     def version(self) -> int:
         return max((p.version for p in self.pushes), default=0)
 
+    @property
+    def pushed_step(self) -> int:
+        """The trainer's step whose weights were pushed last (0: none yet)."""
+        return max((p.step for p in self.pushes), default=0)
+
     def close(self) -> None:
         self._follower.close()  # bounded, even after a Ctrl-C inside poll()

@@ -285,7 +285,7 @@ class LearnRun:
         self._periodic_s = 0.0
         try:
             self._follow("learning", users, self._trainer_done, self.options.max_ahead,
-                         self._evaluate_pushed)  # fmt: skip
+                         self._evaluate_pushed, by_pushes=True)  # fmt: skip
         finally:
             users.stop()
         self._phase("learn")
@@ -308,11 +308,15 @@ class LearnRun:
         done: Callable[[], bool],
         max_ahead: int | None,
         on_push: Callable[[int], None] | None = None,
+        by_pushes: bool = False,
     ) -> None:
+        """``by_pushes``: every sample the trainer takes is of these users, so its pushes
+        pace them (see loop.settled)."""
         deadline = self.started + self.options.timeout_s
+        batch_size = self.options.batch_size if by_pushes else None
         follow(phase, users, self.monitor, self.watched, done, self.console,
                self.started, self.options.steps, max_ahead, deadline, on_push,
-               self.report.evaluation)  # fmt: skip
+               self.report.evaluation, batch_size)  # fmt: skip
 
     def measure(self, turns: list[ServedTurn]) -> None:
         """Alignment, per-version figures, freshness, pushes and training totals."""

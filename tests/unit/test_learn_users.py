@@ -299,3 +299,25 @@ def test_a_negative_eval_every_is_refused_with_its_flag() -> None:
     with pytest.raises(ConfigError, match=r"--eval-every\) is -4"):
         LearnOptions(eval_every=-4)
     assert LearnOptions(eval_every=0).eval_every == 0
+
+
+def test_a_push_settles_its_steps_samples_before_the_trainers_ledger_lists_them() -> None:
+    """Ten served turns, batch 4: one excluded, two in the ledger. Counted by the ledger, 3
+    are settled; once step 2 is pushed, 8 samples are trained (2 x 4) whichever the ledger
+    lists yet, and never more than the turns not excluded."""
+    from pipeline.learn.loop import settled
+    from pipeline.learn.monitor import ScoredTurn
+    from pipeline.learn.users import ServedTurn
+
+    turns = [ServedTurn(f"s{i}", "p", 0, 3, True, 0.0) for i in range(10)]
+    scored = {f"s{i}:0": ScoredTurn(f"s{i}:0", 1.0, True, 0) for i in range(10)}
+    scored["s9:0"] = ScoredTurn("s9:0", 0.0, False, 0, "no_next_state")
+    monitor: Any = SimpleNamespace(scored=scored, trained={"s0:0": 1, "s1:0": 1}, pushed_step=0)
+    assert settled(turns, monitor) == 3
+    assert settled(turns, monitor, batch_size=4) == 3  # no push yet
+    monitor.pushed_step = 2
+    assert settled(turns, monitor) == 3  # the ledger alone: the checkpoint is not written yet
+    assert settled(turns, monitor, batch_size=4) == 9  # 8 trained + 1 excluded
+    monitor.pushed_step = 5
+    assert settled(turns, monitor, batch_size=4) == 10  # capped at the turns there are
+    assert settled(turns[:2], monitor, batch_size=4) == 2
