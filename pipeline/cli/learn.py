@@ -289,5 +289,7 @@ def summary_table(report: LearnReport) -> Table:
         )
     table.add_row("pushes", str(len(report.pushes)))
     table.add_row("samples trained", str(report.training.get("samples_trained", 0)))
+    if held := report.training.get("steps_without_update"):
+        table.add_row("steps without update (every score alike)", str(held))
     table.add_row("wall time", f"{report.wall_time_s:.0f}s")
     return table

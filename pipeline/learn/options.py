@@ -28,11 +28,13 @@ TEACHER_ADV_CLIP = 1.0
 # ... and relative to its mean (teacher_baseline mean): with the clip alone, entropy still
 # rose 2.5 -> 3.2 in 8 steps and held-out accuracy fell 0.183 -> 0.140
 TEACHER_BASELINE = "mean"
-# a step whose 16 answers the users all rejected keeps its -1s (the trainer's alike_steps raw):
-# centred on their mean they would be 0, and a run whose answers had collapsed to empty ones
-# (make demo, once in eight runs) then had nothing to pull it back while Adam's momentum
-# carried it further (KL to the initial policy 1.25 -> 6 -> 16 nats)
-ALIKE_STEPS = "raw"
+# a step whose 16 answers the users all rejected updates nothing (the trainer's alike_steps
+# skip): no weight and no Adam moment moves. Centred on their mean (no_signal) the -1s were
+# 0 and Adam's momentum alone carried a run whose answers had collapsed to empty ones (make
+# demo, once in eight runs; KL to the initial policy 1.25 -> 6 -> 16 nats); kept as -1s
+# (raw) they pushed down every token sampled, and a run whose first 19 steps were all
+# rejected ran to the token limit (accuracy 0.204 -> 0.118 by version 16)
+ALIKE_STEPS = "skip"
 
 
 @dataclass(frozen=True)

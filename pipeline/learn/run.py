@@ -372,6 +372,8 @@ def _training(steps: list[dict[str, object]], trained: int) -> dict[str, object]
     first = steps[0] if steps else {}
     return {
         "steps": len(steps),
+        # steps whose scores were all alike (every answer rejected): no weight moved
+        "steps_without_update": sum(1 for row in steps if row.get("updated") is False),
         "samples_trained": trained,
         "first_step_rollout_logprob_abs_diff": first.get("train_rollout_logprob_abs_diff"),
         "reward_mean_per_step": [row.get("reward_mean") for row in steps],

@@ -257,13 +257,19 @@ def step_baseline(
 
     counted = [i for i, s in enumerate(samples) if s.response_ids]
     scores = [samples[i].reward for i in counted]
-    if alike == "raw" and len(set(scores)) == 1:
+    if alike == "raw" and len(set(scores)) == 1:  # skip: the trainer updates nothing
         return list(samples)
     advantages = group_advantages(scores, method)  # type: ignore[arg-type]
     out = list(samples)
     for i, advantage in zip(counted, advantages, strict=True):
         out[i] = dataclasses.replace(samples[i], reward=advantage)
     return out
+
+
+def alike(samples: Sequence[TokenizedSample]) -> bool:
+    """Every sample with a response token scored the same (or none has one): a step
+    baseline leaves such a step no signal."""
+    return len({s.reward for s in samples if s.response_ids}) <= 1
 
 
 def step_totals(samples: Sequence[TokenizedSample]) -> tuple[int, int]:

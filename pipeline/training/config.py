@@ -92,12 +92,14 @@ class TrainerConfig:
         "ungrouped samples, as REINFORCE with a batch baseline): r - mean, (r - mean) / std or "
         "r - mean of the others; none = the raw score (the reference's behaviour)",
     )
-    alike_steps: Literal["no_signal", "raw"] = opt(
+    alike_steps: Literal["no_signal", "raw", "skip"] = opt(
         "no_signal",
         "step_baseline: a step whose samples all scored the same (every answer rejected, "
         "say) has no relative signal; no_signal: every advantage 0 (only Adam's momentum "
         "moves the weights), raw: its scores as they are (a step of -1s pushes its answers "
-        "down, away from what every user rejected)",
+        "down, away from what every user rejected), skip: in mode rl no update at all (the "
+        "weights and Adam's moments stay, the step is measured, counted and pushed, the lr "
+        "schedule moves on); in opd and combine the teacher term still trains, as no_signal",
     )
     kl_coef: float = opt(
         0.0,

@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,6 +299,7 @@ class PolicyEngine:
         batches: list[MicroBatch],
         total_tokens: int | None = None,
         total_samples: int | None = None,
+        update: bool = True,
     ) -> StepMetrics:
         """One optimizer step over the step's response tokens, aggregated by ``loss_agg``.
 
@@ -305,6 +307,10 @@ class PolicyEngine:
         step's ``total_tokens`` and ``total_samples``; DeepSpeed averages
         gradients over ranks, so each rank scales its loss by the world size to
         keep one aggregate over the whole step.
+
+        ``update`` False: a step with nothing to learn (see ``alike_steps`` skip) is
+        measured, no gradient, and leaves the weights and Adam's moments as they are
+        (no momentum carries them on); it counts, and the lr schedule moves on.
         """
         started = time.perf_counter()
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
@@ -317,15 +323,24 @@ class PolicyEngine:
         sums = dict.fromkeys(SUMMED, 0.0)
         self.engine.train()
         for i, (mb, b) in enumerate(zip(batches, before, strict=True)):
-            parts = self._micro_loss(mb, b.old, b.ref, b.hidden)
+            with torch.set_grad_enabled(update):
+                parts = self._micro_loss(mb, b.old, b.ref, b.hidden)
             olds.append(parts.pop("old"))
             weight = losses.agg_units(mb.response_mask, self.config.loss_agg) / max(total, 1)
-            self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
-            self.engine.backward(parts["loss"] * weight * world)
+            if update:
+                self.engine.set_gradient_accumulation_boundary(i == len(batches) - 1)
+                self.engine.backward(parts["loss"] * weight * world)
             for key in sums:
                 sums[key] += float(parts[key].detach()) * weight
         lr = float(self.engine.get_lr()[0])
-        self.engine.step()
+        if update:
+            self.engine.step()
+        elif self.engine.lr_scheduler is not None:
+            with warnings.catch_warnings():  # before any update: the step it skips is counted
+                warnings.filterwarnings(
+                    "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                )
+                self.engine.lr_scheduler.step()
         self.steps += 1
         if world > 1:  # metrics of the whole step, not of this rank's shard
             summed = torch.tensor([sums[k] for k in sums], dtype=torch.float64)

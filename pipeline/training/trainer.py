@@ -25,7 +25,13 @@ from pipeline.broker.clients import producer
 from pipeline.broker.reading import TopicRange
 from pipeline.deadletters import DeadLetters
 from pipeline.settings import Settings
-from pipeline.training.batch import TokenizedSample, micro_batches, step_baseline, step_totals
+from pipeline.training.batch import (
+    TokenizedSample,
+    alike,
+    micro_batches,
+    step_baseline,
+    step_totals,
+)
 from pipeline.training.checkpoint import Checkpoints, TrainerState, step_tag
 from pipeline.training.config import TrainerConfig
 from pipeline.training.intake import Intake
@@ -174,7 +180,9 @@ class Trainer:
                 return self.state
             if message["kind"] == "step":
                 mbs = self._micro_batches(message["shards"][self.rank])
-                metrics = self.engine.train_step(mbs, message["tokens"], message["samples"])
+                metrics = self.engine.train_step(
+                    mbs, message["tokens"], message["samples"], message.get("update", True)
+                )
                 self.state.step = metrics.step
             self.checkpoints.save(None, message["tag"])
 
@@ -201,9 +209,11 @@ class Trainer:
         c = self.config
         shards = self._shards(step_baseline(samples, c.step_baseline, c.alike_steps))
         tag = step_tag(self.state.step + 1)
+        skip = c.alike_steps == "skip" and c.mode == "rl" and c.step_baseline != "none"
+        update = not (skip and alike(samples))
         message = {"kind": "step", "shards": shards, "tokens": tokens, "samples": count}
-        self._broadcast({**message, "tag": tag})
-        metrics = self.engine.train_step(self._micro_batches(shards[0]), tokens, count)
+        self._broadcast({**message, "tag": tag, "update": update})
+        metrics = self.engine.train_step(self._micro_batches(shards[0]), tokens, count, update)
         trained_at = time.perf_counter()
         if self.config.step_baseline != "none":  # report the scores, not their advantages
             scores = [s.reward for s in samples if s.response_ids]
@@ -230,7 +240,7 @@ class Trainer:
             "checkpoint": done - pushed_at,
         }
         self._idle_since = done
-        self._log_metrics(metrics, pushed, staleness, times)
+        self._log_metrics(metrics, pushed, staleness, times, update)
 
     def _checkpoint_and_commit(self, out: KafkaProducer, trained: list[str]) -> None:
         self.checkpoints.save_then_commit(
@@ -303,9 +313,12 @@ class Trainer:
         pushed: PolicyVersion | None,
         staleness: float | None,
         times: dict[str, float],
+        updated: bool = True,
     ) -> None:
+        """``updated`` False: the step changed no weight (alike_steps skip)."""
         row = {
             **asdict(metrics),
+            "updated": updated,
             "mode": self.config.mode,
             "skipped": dict(self.intake.skipped),
             "policy_version": self.state.policy_version,
@@ -314,7 +327,10 @@ class Trainer:
             "staleness": staleness,
             "time_s": {part: round(seconds, 3) for part, seconds in times.items()},
         }
-        log.info("step %d loss %.4f reward %.3f", metrics.step, metrics.loss, metrics.reward_mean)
+        log.info(
+            "step %d loss %.4f reward %.3f%s", metrics.step, metrics.loss, metrics.reward_mean,
+            "" if updated else " (every score alike: no update)",
+        )  # fmt: skip
         self.sink.record(row)
 
 

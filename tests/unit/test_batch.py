@@ -14,6 +14,7 @@ import torch
 from pipeline.events import JudgeIdentity, Response, Sample
 from pipeline.training.batch import (
     TokenizedSample,
+    alike,
     collate,
     micro_batches,
     padding_fraction,
@@ -281,3 +282,5 @@ def test_a_step_baseline_takes_each_reward_relative_to_the_rest_of_its_step() ->
     assert [s.reward for s in raw] == [-1.0, -1.0, -1.0, -1.0, 0.0]
     assert [s.reward for s in step_baseline(step, "mean", alike="raw")] == [1.5, -0.5, -0.5, -0.5]
     assert [s.reward for s in step] == [1, -1, -1, -1]  # the step's own samples are unchanged
+    assert alike([*failed, pad]) and not alike([*step, pad])  # the pad has no score to count
+    assert alike([pad]) and alike([])

@@ -170,6 +170,28 @@ def test_the_summary_says_when_no_divergence_showed() -> None:
     assert "divergence (train reward up, held-out accuracy down)" in text and "none" in text
 
 
+def test_steps_that_updated_nothing_are_counted_and_shown() -> None:
+    """The trainer's rows say updated false for a step of alike scores (alike_steps skip):
+    learn.json counts them, the summary shows the count; rows from before the field count
+    as updated."""
+    from pipeline.cli.learn import summary_table
+    from pipeline.learn.run import _training
+
+    rows = [{"step": 1, "updated": False}, {"step": 2, "updated": True}, {"step": 3}]
+    rows.append({"step": 4, "updated": False})
+    report = LearnReport({}, "right and short")
+    report.training = _training(rows, 32)
+    assert report.training["steps_without_update"] == 2
+    console = Console(file=io.StringIO(), width=200)
+    console.print(summary_table(report))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "steps without update (every score alike)" in text
+    report.training = _training(rows[1:3], 32)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(summary_table(report))
+    assert "without update" not in console.file.getvalue()  # type: ignore[attr-defined]
+
+
 def held_out(success: float, accuracy: float, degenerate: float = 0.0) -> dict[str, float]:
     return {"success": success, "accuracy": accuracy, "degenerate": degenerate}
 

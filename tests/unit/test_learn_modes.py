@@ -236,12 +236,12 @@ def test_kl_coef_and_the_lr_schedule_reach_the_trainer_from_the_command_line(
     """--kl-coef sets the trainer's kl_coef in every mode, --lr-schedule and --lr-warmup its
     schedule, --entropy-coef its entropy_coef; a negative or NaN KL weight, an unknown
     schedule, an infinite entropy weight are refused with the flag named. A step of answers
-    all rejected keeps its scores (alike_steps raw)."""
+    all rejected updates nothing (alike_steps skip)."""
     flags = ["--kl-coef", "0.05", "--lr-schedule", "cosine", "--lr-warmup", "2", "--steps", "8"]
     options, config = learned(monkeypatch, tmp_path, *flags, "--entropy-coef", "-0.05")
     assert (config.mode, config.kl_coef, config.kl_kind) == ("rl", 0.05, "k3")
     assert (config.lr_schedule, config.lr_warmup_steps, config.max_steps) == ("cosine", 2, 8)
-    assert config.alike_steps == "raw" and config.step_baseline == "mean"
+    assert config.alike_steps == "skip" and config.step_baseline == "mean"
     assert config.entropy_coef == -0.05
     assert options.to_json()["kl_coef"] == 0.05
     assert LearnOptions(mode="opd", kl_coef=0.2).trainer_options()["kl_coef"] == 0.2

@@ -54,3 +54,35 @@ def test_each_step_reports_its_lr_and_a_checkpoint_resumes_the_schedule(tmp_path
     resumed.engine.load_checkpoint(str(tmp_path), tag="s3")
     assert resumed.train_step(mbs).lr == pytest.approx(1e-2 * lr_factor(3, c))
     assert eng.train_step(mbs).lr == pytest.approx(1e-2 * lr_factor(3, c))
+
+
+def test_a_step_without_update_keeps_weights_and_adam_moments_and_moves_the_schedule() -> None:
+    """After one real step (Adam's moments are non-zero), a step with update False changes
+    no weight and no moment, is measured (its reward mean and entropy), counted, and the lr
+    of the next real step is the schedule's third; that step moves the weights again."""
+    import torch
+
+    c = config(lr_schedule="cosine", max_steps=4, lr_min_ratio=0.2)
+    eng = PolicyEngine(c, vocab_size=VOCAB)
+    eng.train_step(batches([1.0, -1.0, 1.0, -1.0]))
+    params = [p for p in eng.engine.module.parameters() if p.requires_grad]
+    weights = [p.detach().clone() for p in params]
+    adam = getattr(eng.engine.optimizer, "optimizer", eng.engine.optimizer)  # inside ZeRO's
+    moments = {
+        i: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)}
+        for i, v in enumerate(adam.state.values())
+    }
+    assert moments and any(float(m["exp_avg"].abs().sum()) > 0 for m in moments.values())
+
+    held = eng.train_step(batches([-1.0, -1.0, -1.0, -1.0]), update=False)
+    assert held.step == 2 and held.reward_mean == -1.0 and held.entropy > 0
+    assert held.lr == pytest.approx(1e-2 * lr_factor(1, c))
+    assert all(torch.equal(w, p.detach()) for w, p in zip(weights, params, strict=True))
+    after = dict(enumerate(adam.state.values()))
+    for k, saved in moments.items():
+        for name, tensor in saved.items():
+            assert torch.equal(tensor, after[k][name]), (k, name)
+
+    moved = eng.train_step(batches([1.0, -1.0, 1.0, -1.0]))
+    assert moved.step == 3 and moved.lr == pytest.approx(1e-2 * lr_factor(2, c))
+    assert not all(torch.equal(w, p.detach()) for w, p in zip(weights, params, strict=True))

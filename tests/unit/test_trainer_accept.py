@@ -143,7 +143,9 @@ class FakeEngine:
         self.steps = 0
         self.saved: dict = {}
 
-    def train_step(self, batches: list, tokens: int, samples: int) -> StepMetrics:
+    def train_step(
+        self, batches: list, tokens: int, samples: int, update: bool = True
+    ) -> StepMetrics:
         self.steps += 1
         n = sum(len(mb.input_ids) for mb in batches)
         assert n == samples
@@ -264,7 +266,9 @@ class RecordingEngine(FakeEngine):
         super().__init__()
         self.rewards: list[list[float]] = []
 
-    def train_step(self, batches: list, tokens: int, samples: int) -> StepMetrics:
+    def train_step(
+        self, batches: list, tokens: int, samples: int, update: bool = True
+    ) -> StepMetrics:
         self.rewards.append(sorted(r for mb in batches for r in mb.rewards.tolist()))
         return super().train_step(batches, tokens, samples)
 

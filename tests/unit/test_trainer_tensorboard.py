@@ -164,3 +164,28 @@ def test_tensorboard_dir_without_the_package_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import raises
     with pytest.raises(ConfigError, match="pip install tensorboard"):
         MetricsSink(None, 0, str(tmp_path / "tb"))
+
+
+def test_an_rl_step_of_alike_scores_with_alike_steps_skip_updates_nothing(tmp_path: Path) -> None:
+    """alike_steps skip, step baseline mean, rl: step 1's four samples all scored -1 and
+    leave every weight as it was (its row says updated false), step 2's differ and train."""
+    import dataclasses
+
+    import torch
+
+    t, out = trainer(tmp_path), OutageProducer()
+    t.config = dataclasses.replace(t.config, step_baseline="mean", alike_steps="skip")
+    records = [record(i) for i in range(8)]
+    for r in records[:4]:
+        sample = orjson.loads(r.value)
+        r.value = orjson.dumps({**sample, "score": -1.0})
+    params = [p for p in t.engine.engine.module.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    train(t, records[:4], out)
+    assert all(torch.equal(b, p.detach()) for b, p in zip(before, params, strict=True))
+    train(t, records[4:], out)
+    assert not all(torch.equal(b, p.detach()) for b, p in zip(before, params, strict=True))
+    t.sink.close()
+    rows = rows_in(tmp_path / "metrics.jsonl")
+    assert [(r["step"], r["updated"], r["reward_mean"]) for r in rows[:1]] == [(1, False, -1.0)]
+    assert rows[1]["updated"] is True and rows[1]["step"] == 2
