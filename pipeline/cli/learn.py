@@ -81,6 +81,10 @@ CONSOLE_HELP = (
 )
 CONSOLE_PORT_HELP = "--console: its port (default: TURNSTREAM_CONSOLE_PORT, 8080; 0: any free)"
 CONTROL_SESSIONS_HELP = "user sessions of the control (0: as many as the learning phase had)"
+GROUP_SIZE_HELP = (
+    "sessions started one after another that ask the same prompt; above 1, each reward is "
+    "taken relative to the step's other answers to that prompt (must divide the batch size)"
+)
 EXIT_REWARD_HACKING = 3  # the run finished, and its held-out accuracy fell: see learn.json
 
 
@@ -96,6 +100,7 @@ def learn(
     entropy_coef: float = typer.Option(DEFAULTS.entropy_coef, help=ENTROPY_HELP),
     mode: str = typer.Option(DEFAULTS.mode, help=MODE_HELP),
     baseline: str = typer.Option(None, help=BASELINE_HELP, show_default=False),
+    group_size: int = typer.Option(DEFAULTS.group_size, help=GROUP_SIZE_HELP),
     teacher: str = typer.Option(DEFAULTS.teacher, help=TEACHER_HELP),
     teacher_top_k: int = typer.Option(DEFAULTS.teacher_top_k, help=TEACHER_TOP_K_HELP),
     teacher_contrast: bool = typer.Option(DEFAULTS.teacher_contrast, help=CONTRAST_HELP),

@@ -74,6 +74,10 @@ class LearnOptions:
     # and combine (whose reward term it centres), none for opd (nothing to centre: see
     # step_baseline)
     baseline: str | None = None
+    # sessions started one after another that ask the same prompt (1: each user picks its
+    # own); G > 1 centres each reward on the step's other answers to the same question (the
+    # trainer's baseline_group prompt, GRPO's group inside one step)
+    group_size: int = 1
     teacher: str = "initial"  # opd/combine: one of TEACHERS
     teacher_top_k: int = 0  # opd/combine: top-K teacher log-probs and their distillation
     # opd/combine: train on hinted - neutral (the teacher also asked with a neutral line in
@@ -99,6 +103,7 @@ class LearnOptions:
 
     def __post_init__(self) -> None:
         self._check_mode()
+        self._check_group()
         if self.console_port is not None and not 0 <= self.console_port <= 65535:
             raise ConfigError(
                 f"console_port (--console-port) {self.console_port}: give a port from 1 to "
@@ -114,6 +119,19 @@ class LearnOptions:
                 f"max_ahead {self.max_ahead} is below the batch size {self.batch_size}: the "
                 "users would wait for a step that waits for their samples; give at least "
                 "the batch size (or no limit)"
+            )
+
+    def _check_group(self) -> None:
+        if self.group_size < 1 or self.batch_size % self.group_size:
+            raise ConfigError(
+                f"group_size (--group-size) {self.group_size}: give a divisor of the batch size "
+                f"{self.batch_size} (1: each user picks its own prompt)"
+            )
+        if self.group_size > 1 and self.step_baseline == "none":
+            raise ConfigError(
+                f"group_size (--group-size) {self.group_size} centres the reward on its group, "
+                "and this run has no baseline (mode opd, or --baseline none): give 1, or mode "
+                "rl or combine with a baseline"
             )
 
     def _check_mode(self) -> None:
@@ -200,6 +218,7 @@ class LearnOptions:
             "entropy_coef": self.entropy_coef,
             "step_baseline": self.step_baseline,
             "alike_steps": ALIKE_STEPS,
+            "baseline_group": "prompt" if self.group_size > 1 else "step",
             **topk,
             **teacher,
             "weight_decay": 0.0,

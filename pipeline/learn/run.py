@@ -274,7 +274,14 @@ class LearnRun:
     def _population(self, run_id: str, seed: int) -> Population:
         o = self.options
         return Population(
-            self.proxy.url, self.train, o.preference, o.sampling, o.users, run_id, seed
+            self.proxy.url,
+            self.train,
+            o.preference,
+            o.sampling,
+            o.users,
+            run_id,
+            seed,
+            group_size=o.group_size,
         )
 
     def learn(self) -> list[ServedTurn]:

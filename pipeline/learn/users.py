@@ -79,6 +79,10 @@ class Population:
     allowed: int | None = None
     started: int = 0
     stopping: bool = False
+    # consecutive sessions (in the order they start) that ask the same prompt: 1, each user
+    # picks its own; G > 1, the sessions started G at a time share one, so a step's samples
+    # come in groups of answers to one question (the trainer's baseline_group prompt)
+    group_size: int = 1
 
     @property
     def paused(self) -> bool:
@@ -106,7 +110,7 @@ class Population:
                 await asyncio.sleep(0.05)  # held: look again soon (a step waits on them)
                 continue
             self.started += 1
-            prompt = rng.choice(self.prompts)
+            prompt = self._prompt(rng, self.started - 1)
             session_id = f"{self.run_id}-u{k}-s{session}"
             session += 1
             try:
@@ -117,6 +121,13 @@ class Population:
                     self.started -= 1  # nothing was served: the place is free again
                 log.warning("session %s failed: %s", session_id, exc)
                 await asyncio.sleep(1.0)
+
+    def _prompt(self, rng: random.Random, index: int) -> Prompt:
+        """The prompt of the session started ``index``-th (from 0): the user's own pick, or,
+        in groups, the pick of the group of sessions it starts in."""
+        if self.group_size == 1:
+            return rng.choice(self.prompts)
+        return random.Random(f"{self.seed}/{index // self.group_size}").choice(self.prompts)
 
     async def _session(
         self, client: openai.AsyncOpenAI, session_id: str, prompt: Prompt, rng: random.Random

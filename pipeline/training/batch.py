@@ -240,16 +240,18 @@ def collate_topk(
 
 
 def step_baseline(
-    samples: Sequence[TokenizedSample], method: str, alike: str = "no_signal"
+    samples: Sequence[TokenizedSample], method: str, alike: str = "no_signal", by: str = "step"
 ) -> list[TokenizedSample]:
     """The step's samples with each reward taken relative to the others' (``method`` as in
     :func:`~pipeline.rewards.group.group_advantages`); ``none`` leaves them as they are.
 
-    A step whose samples all scored the same has no relative signal: ``alike`` no_signal
-    makes every advantage 0 (the arithmetic of a baseline), raw keeps their scores as they
-    are (a step of rejected answers pushes them down; see ``TrainerConfig.alike_steps``).
-    Pads and samples without a response token train on nothing, so they neither take part
-    in the baseline nor get one.
+    ``by`` step: relative to the whole step; prompt: relative to the step's other samples
+    with the same prompt tokens (GRPO's group, inside one step), and a prompt the step holds
+    once relative to the whole step, as with step. A step whose samples all scored the same
+    has no relative signal: ``alike`` no_signal makes every advantage 0 (the arithmetic of a
+    baseline), raw keeps their scores as they are (a step of rejected answers pushes them
+    down; see ``TrainerConfig.alike_steps``). Pads and samples without a response token
+    train on nothing, so they neither take part in the baseline nor get one.
     """
     if method == "none":
         return list(samples)
@@ -259,10 +261,17 @@ def step_baseline(
     scores = [samples[i].reward for i in counted]
     if alike == "raw" and len(set(scores)) == 1:  # skip: the trainer updates nothing
         return list(samples)
-    advantages = group_advantages(scores, method)  # type: ignore[arg-type]
+    advantage = dict(zip(counted, group_advantages(scores, method), strict=True))  # type: ignore[arg-type]
+    if by == "prompt":
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in counted:
+            groups.setdefault(tuple(samples[i].prompt_ids), []).append(i)
+        for members in (m for m in groups.values() if len(m) > 1):
+            own = group_advantages([samples[i].reward for i in members], method)  # type: ignore[arg-type]
+            advantage.update(zip(members, own, strict=True))
     out = list(samples)
-    for i, advantage in zip(counted, advantages, strict=True):
-        out[i] = dataclasses.replace(samples[i], reward=advantage)
+    for i, a in advantage.items():
+        out[i] = dataclasses.replace(samples[i], reward=a)
     return out
 
 

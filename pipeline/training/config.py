@@ -92,6 +92,12 @@ class TrainerConfig:
         "ungrouped samples, as REINFORCE with a batch baseline): r - mean, (r - mean) / std or "
         "r - mean of the others; none = the raw score (the reference's behaviour)",
     )
+    baseline_group: Literal["step", "prompt"] = opt(
+        "step",
+        "step_baseline: relative to the whole step (step), or to the step's samples that share "
+        "its prompt (prompt: GRPO's group inside one step; a prompt the step holds once is "
+        "taken relative to the whole step)",
+    )
     alike_steps: Literal["no_signal", "raw", "skip"] = opt(
         "no_signal",
         "step_baseline: a step whose samples all scored the same (every answer rejected, "

@@ -207,7 +207,9 @@ class Trainer:
         samples = self.intake.take_batch()
         tokens, count = step_totals(samples)
         c = self.config
-        shards = self._shards(step_baseline(samples, c.step_baseline, c.alike_steps))
+        shards = self._shards(
+            step_baseline(samples, c.step_baseline, c.alike_steps, c.baseline_group)
+        )
         tag = step_tag(self.state.step + 1)
         skip = c.alike_steps == "skip" and c.mode == "rl" and c.step_baseline != "none"
         update = not (skip and alike(samples))

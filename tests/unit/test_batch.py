@@ -284,3 +284,32 @@ def test_a_step_baseline_takes_each_reward_relative_to_the_rest_of_its_step() ->
     assert [s.reward for s in step] == [1, -1, -1, -1]  # the step's own samples are unchanged
     assert alike([*failed, pad]) and not alike([*step, pad])  # the pad has no score to count
     assert alike([pad]) and alike([])
+
+
+def test_a_prompt_grouped_baseline_takes_each_reward_relative_to_the_same_prompts_answers() -> None:
+    """by prompt: answers to one prompt against each other (GRPO's group inside the step);
+    a prompt the step holds once against the whole step, as by step."""
+    import dataclasses
+
+    def answer(i: int, prompt: list[int], r: float) -> TokenizedSample:
+        return dataclasses.replace(ts(f"s{i}", 2, 2), prompt_ids=prompt, reward=r)
+
+    easy, hard, once = [1, 2], [3, 4], [5, 6]
+    step = [
+        answer(0, easy, 1.0),
+        answer(1, easy, 1.0),
+        answer(2, easy, -1.0),
+        answer(3, hard, -1.0),
+        answer(4, hard, -1.0),
+        answer(5, once, 1.0),
+    ]
+    pad = TokenizedSample("__pad__", easy, [], 0.0, None, None, None)
+    grouped = step_baseline([*step, pad], "mean", by="prompt")
+    assert [s.reward for s in grouped] == pytest.approx([2 / 3, 2 / 3, -4 / 3, 0.0, 0.0, 1.0, 0.0])
+    by_step = step_baseline(step, "mean")  # the whole step's mean, 0
+    assert [s.reward for s in by_step] == [1.0, 1.0, -1.0, -1.0, -1.0, 1.0]
+    loo = step_baseline(step[:3], "leave_one_out", by="prompt")
+    assert [s.reward for s in loo] == pytest.approx([1.0, 1.0, -2.0])
+    failed = [dataclasses.replace(s, reward=-1.0) for s in step]
+    raw = step_baseline(failed, "mean", alike="raw", by="prompt")  # every answer rejected
+    assert [s.reward for s in raw] == [-1.0] * 6

@@ -201,6 +201,42 @@ async def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def test_sessions_started_in_a_group_ask_one_prompt_and_alone_each_user_its_own() -> None:
+    import random
+
+    from pipeline.learn.users import Population, Sampling
+
+    prompts = [Prompt(f"p{i}", "train", f"Q{i}?", "a") for i in range(50)]
+
+    def population(group_size: int, seed: int = 3) -> Population:
+        return Population("http://unused", prompts, RightAndShort(), Sampling(), 16, "t", seed,
+                          group_size=group_size)  # fmt: skip
+
+    grouped = population(4)
+    picks = [grouped._prompt(random.Random(k), index).id for k, index in enumerate(range(16))]
+    groups = [picks[i : i + 4] for i in range(0, 16, 4)]
+    assert all(len(set(g)) == 1 for g in groups)  # whichever user starts it
+    assert len({g[0] for g in groups}) > 1  # the groups differ
+    assert picks == [population(4)._prompt(random.Random(99), i).id for i in range(16)]
+    assert picks != [population(4, seed=4)._prompt(random.Random(0), i).id for i in range(16)]
+    alone = population(1)
+    own = [alone._prompt(random.Random(k), 0).id for k in range(16)]
+    assert own == [random.Random(k).choice(prompts).id for k in range(16)]
+
+
+def test_a_group_size_must_divide_the_batch_and_needs_a_baseline() -> None:
+    from pipeline.learn.options import LearnOptions
+
+    assert LearnOptions(group_size=4).trainer_options()["baseline_group"] == "prompt"
+    assert LearnOptions().trainer_options()["baseline_group"] == "step"
+    with pytest.raises(ConfigError, match=r"group_size \(--group-size\) 3: give a divisor"):
+        LearnOptions(group_size=3)
+    with pytest.raises(ConfigError, match=r"group_size .* has no baseline"):
+        LearnOptions(group_size=4, mode="opd")
+    with pytest.raises(ConfigError, match="give a divisor"):
+        LearnOptions(group_size=0)
+
+
 def test_held_back_users_with_nothing_moving_stop_the_run_with_the_reason() -> None:
     from pipeline.errors import TurnstreamError
     from pipeline.learn.loop import Stall

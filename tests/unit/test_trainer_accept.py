@@ -290,3 +290,24 @@ def test_a_step_baseline_trains_on_advantages_and_reports_the_scores(tmp_path: P
     assert engine.rewards == [[-0.5, -0.5, -0.5, 1.5]]  # score - the step's mean
     [row] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert row["reward_mean"] == -0.5  # the scores' mean, not the advantages' (0)
+
+
+def test_a_prompt_grouped_baseline_centres_each_score_on_its_prompts_answers(
+    tmp_path: Path,
+) -> None:
+    engine, out = RecordingEngine(), OutageProducer()
+    config = TrainerConfig(
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        rollout_batch_size=4,
+        update_weights_interval=0,
+        step_baseline="mean",
+        baseline_group="prompt",
+    )
+    t = Trainer(Settings(), config, engine, SimpleNamespace(pad_token_id=0))
+    t.source.consumer = FlakyConsumer(failures=0)
+    asked = [([1, 2], 1.0), ([1, 2], -1.0), ([5, 6], -1.0), ([5, 6], -1.0)]
+    samples = [
+        sample(i).model_copy(update={"score": s, "prompt_ids": p}) for i, (p, s) in enumerate(asked)
+    ]
+    poll(t, [rec(s, i) for i, s in enumerate(samples)], out)
+    assert engine.rewards == [[-1.0, 0.0, 0.0, 1.0]]  # by step: [-0.5, -0.5, -0.5, 1.5]
