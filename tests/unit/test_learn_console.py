@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.errors import ConfigError, TurnstreamError
 from pipeline.learn import stack
-from pipeline.learn.options import LearnOptions, demo_options
+from pipeline.learn.options import DEMO_STEPS, LearnOptions, demo_options
 from pipeline.learn.report import LearnReport
 from pipeline.learn.run import LearnRun
 from pipeline.processes import Children
@@ -148,7 +148,11 @@ def test_learn_and_demo_pass_the_console_flags(monkeypatch: pytest.MonkeyPatch) 
         (True, 9999),
         (False, None),
     ]
-    assert demo_options(Path("d")).console is True
+    demo = demo_options(Path("d"))
+    assert demo.console is True
+    # the demo is learn shortened: fewer steps, no control, version 8 evaluated on the way
+    assert (demo.steps, demo.control, demo.eval_every) == (DEMO_STEPS, False, 8)
+    assert LearnOptions().steps > DEMO_STEPS
     with pytest.raises(ConfigError, match=r"console_port \(--console-port\) 70000"):
         LearnOptions(console_port=70000)
     helped = runner.invoke(app, ["learn", "--help"])
