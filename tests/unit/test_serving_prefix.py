@@ -35,3 +35,11 @@ def test_new_weights_forget_the_kept_prefixes() -> None:
     cache.for_weights(first).put((1, 2), KV)
     assert cache.for_weights(first).find([[1, 2, 3]]) == (1, 2)
     assert cache.for_weights(second).find([[1, 2, 3]]) is None
+
+
+def test_by_default_a_chat_templates_system_prompt_is_kept() -> None:
+    # SmolLM2's template up to the user's turn is 24 tokens, the same in every session
+    system = list(range(100, 124))
+    cache = PrefixCache()
+    assert cache.shared([[*system, 1, 2, 3], [*system, 4, 5]]) == tuple(system)
+    assert cache.shared([[*system[:15], 1, 2], [*system[:15], 3]]) is None  # under 16 tokens
