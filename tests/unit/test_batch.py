@@ -3,6 +3,7 @@ end-of-turn token included, with rollout and teacher values aligned position by 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -289,7 +290,6 @@ def test_a_step_baseline_takes_each_reward_relative_to_the_rest_of_its_step() ->
 def test_a_prompt_grouped_baseline_takes_each_reward_relative_to_the_same_prompts_answers() -> None:
     """by prompt: answers to one prompt against each other (GRPO's group inside the step);
     a prompt the step holds once against the whole step, as by step."""
-    import dataclasses
 
     def answer(i: int, prompt: list[int], r: float) -> TokenizedSample:
         return dataclasses.replace(ts(f"s{i}", 2, 2), prompt_ids=prompt, reward=r)

@@ -202,8 +202,6 @@ async def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 def test_sessions_started_in_a_group_ask_one_prompt_and_alone_each_user_its_own() -> None:
-    import random
-
     from pipeline.learn.users import Population, Sampling
 
     prompts = [Prompt(f"p{i}", "train", f"Q{i}?", "a") for i in range(50)]
