@@ -119,6 +119,14 @@ class ServeSettings(EnvThenFile):
         "requests sent together decode as one batch (0 = none)",
     )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    prefix_cache_tokens: int = Field(
+        8192,
+        ge=0,
+        description="tokens of shared prompt prefixes and finished requests whose keys and "
+        "values are kept for later prompts that start with them, as SGLang's radix cache "
+        "keeps them (a session's next turn starts with its last prompt and answer); about "
+        "46 KB a token for SmolLM2-135M (0 = none)",
+    )
     return_original_logprob: bool = Field(
         False,
         description="report sampled tokens' log-probs before temperature scaling (SGLang's "

@@ -32,6 +32,9 @@ def serve(
     context_length: int = typer.Option(None, help="prompt + new tokens (default: the model's)"),
     max_running_requests: int = typer.Option(None, help="sequences decoded together (16)"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    prefix_cache_tokens: int = typer.Option(
+        None, help="tokens of prompts and answers kept for the turns that start with them (8192)"
+    ),
     loglevel: str = typer.Option("info", help="error | warning | info | debug"),
 ) -> None:
     """Serve a causal LM on CPU with SGLang's HTTP protocol.
@@ -59,6 +62,7 @@ def serve(
             "context_length": context_length,
             "max_running_requests": max_running_requests,
             "threads": threads,
+            "prefix_cache_tokens": prefix_cache_tokens,
         }
     )
     run_server(settings, models)

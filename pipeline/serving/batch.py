@@ -85,14 +85,15 @@ def prefill(
     prompts: list[list[int]],
     pad_id: int,
     keep_logits: int = 1,
-    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None,
 ) -> tuple[Rows, torch.Tensor]:
     """Run the prompts (left-padded) through ``model``; their cache and last ``keep_logits``
     logits per row ([rows, keep_logits, vocab]).
 
-    ``prefix``: the keys and values ([1, ...] per layer) of a prefix every prompt shares,
-    already left out of ``prompts``: each row's cache is the prefix, the row's padding,
-    then its own tokens (the padding masked, positions counting real tokens only).
+    ``prefixes``: per row, the keys and values ([1, heads, n, dim] per layer) of the tokens
+    its prompt starts with, already left out of ``prompts`` (None: the row has none). Each
+    row's cache is padding, its prefix, padding, then its own tokens (the padding masked,
+    positions counting real tokens only).
     """
     width = max(len(p) for p in prompts)
     rows = len(prompts)
@@ -102,15 +103,9 @@ def prefill(
         ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         mask[row, width - len(prompt) :] = 1
     cache = DynamicCache()
-    if prefix is not None:
-        shared = prefix[0][0].shape[2]
-        mask = torch.cat([torch.ones((rows, shared), dtype=torch.long), mask], dim=1)
-        cache = DynamicCache(
-            ddp_cache_data=[
-                (k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous())
-                for k, v in prefix
-            ]
-        )
+    if prefixes is not None and any(p is not None for p in prefixes):
+        cache, kept = _prefix_cache(prefixes)
+        mask = torch.cat([kept, mask], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, mask.shape[1] - width :]
     out = model(
         input_ids=ids,
@@ -122,6 +117,35 @@ def prefill(
     )
     last = torch.zeros(rows, dtype=torch.long)
     return Rows(out.past_key_values, mask, last), out.logits
+
+
+def _prefix_cache(
+    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
+) -> tuple[DynamicCache, torch.Tensor]:
+    """The rows' prefixes as one cache, each right-aligned, and its mask [rows, longest]."""
+    lengths = [0 if p is None else int(p[0][0].shape[2]) for p in prefixes]
+    longest, rows = max(lengths), len(prefixes)
+    mask = torch.zeros((rows, longest), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, longest - n :] = 1
+    first = next(p for p in prefixes if p is not None)
+    if all(p is first for p in prefixes):  # one prefix for every row (a shared system prompt)
+        layers = [
+            (k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous())
+            for k, v in first
+        ]
+        return DynamicCache(ddp_cache_data=layers), mask
+    layers = []
+    for layer, (k0, v0) in enumerate(first):
+        keys = k0.new_zeros((rows, k0.shape[1], longest, k0.shape[3]))
+        values = v0.new_zeros((rows, v0.shape[1], longest, v0.shape[3]))
+        for row, prefix in enumerate(prefixes):
+            if prefix is not None:
+                n = lengths[row]
+                keys[row, :, longest - n :] = prefix[layer][0][0]
+                values[row, :, longest - n :] = prefix[layer][1][0]
+        layers.append((keys, values))
+    return DynamicCache(ddp_cache_data=layers), mask
 
 
 @torch.no_grad()

@@ -29,7 +29,7 @@ from pipeline.serving.batch import Rows
 from pipeline.serving.choose import choose, prompt_logprobs
 from pipeline.serving.grammar import Grammars, constrain
 from pipeline.serving.jobs import Event, Job, Request
-from pipeline.serving.prefix import PrefixCache, run_prefix
+from pipeline.serving.prefix import KEPT_TOKENS, Layers, PrefixCache, row_layers, run_prefix
 from pipeline.serving.sampling import BadRequest
 from pipeline.serving.text import TextTracker
 from pipeline.serving.weights import Weights
@@ -58,6 +58,7 @@ class Engine:
         max_queued: int = 1024,
         original_logprobs: bool = False,
         admit_wait_s: float = ADMIT_WAIT_S,
+        kept_tokens: int = KEPT_TOKENS,
     ) -> None:
         self.weights = weights
         self.admit_wait_s = admit_wait_s  # an idle engine waits this long for more requests
@@ -79,7 +80,9 @@ class Engine:
         self.widest = 0  # the most rows one decode step has run
         self.step_s = 0.0  # moving average of a loop's time (prefills and decode steps)
         self.prefill_tokens = 0  # prompt tokens run through the model (a shared prompt once)
-        self.prefixes = PrefixCache()  # shared prompt prefixes' keys and values, run once
+        # keys and values of shared prompt prefixes and finished sequences, for the prompts
+        # that start with them (kept_tokens 0: none kept)
+        self.prefixes = PrefixCache(kept_tokens)
 
     # -- the request side (any thread) -----------------------------------------
 
@@ -175,6 +178,8 @@ class Engine:
                 "prefill_tokens": self.prefill_tokens,
                 "prefix_hits": self.prefixes.hits,
                 "prefix_tokens_saved": self.prefixes.saved_tokens,
+                "prefix_tokens_kept": self.prefixes.held,
+                "finished_kept": self.prefixes.finished_kept,
             }
 
     def start(self) -> None:
@@ -248,16 +253,15 @@ class Engine:
         scored = len(jobs) == 1 and jobs[0].request.wants_prompt_logprobs
         keep_logits = len(prompts[0]) - jobs[0].request.logprob_start_len if scored else 1
         distinct, copy_of = distinct_prompts(prompts)
-        shared = self._shared_prefix(distinct, weights, keep_logits)
-        n = len(shared[0]) if shared else 0
+        kept = self._kept_starts(distinct, weights, keep_logits)
         rows, logits = batch.prefill(
             weights.model,
-            [p[n:] for p in distinct],
+            [p[n:] for p, (n, _layers) in zip(distinct, kept, strict=True)],
             self.pad_id,
             keep_logits,
-            shared[1] if shared else None,
+            [layers for _n, layers in kept],
         )
-        self.prefill_tokens += sum(len(p) - n for p in distinct)
+        self.prefill_tokens += sum(len(p) - n for p, (n, _) in zip(distinct, kept, strict=True))
         if scored:
             self._prompt_logprobs(jobs[0], logits[0])
         live = [i for i, j in enumerate(jobs) if j.max_new_tokens > 0]
@@ -269,34 +273,50 @@ class Engine:
         alive = batch.keep(rows, [copy_of[i] for i in live])  # a shared prompt's rows copied
         assert alive is not None
         jobs = [jobs[i] for i in live]
-        staying = self._advance(jobs, alive, logits[[copy_of[i] for i in live], -1])
+        staying = self._advance(jobs, alive, logits[[copy_of[i] for i in live], -1], weights)
         going_on = batch.keep(alive, staying)
         if going_on is not None:
             group = self._group_for(weights)
             group.jobs.extend(jobs[i] for i in staying)
             group.rows = batch.join(group.rows, going_on)
 
-    def _shared_prefix(
+    def _kept_starts(
         self, prompts: list[list[int]], weights: Weights, keep_logits: int
-    ) -> tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None:
-        """A kept prefix all ``prompts`` start with, or their common one computed and kept
-        now (:mod:`pipeline.serving.prefix`); None when there is none to use, or when the
-        logits asked for reach into it."""
+    ) -> list[tuple[int, Layers | None]]:
+        """Per prompt, how many of its first tokens have keys and values kept, and those
+        (0, None: none): the longest kept start it has (:mod:`pipeline.serving.prefix`),
+        else the start it shares with the others, computed and kept now. A start leaves
+        the tokens whose logits are asked for."""
         cache = self.prefixes.for_weights(weights)
-        found = cache.find(prompts)
-        fresh = found is None
+        if not cache.tokens:
+            return [(0, None)] * len(prompts)
+        most = [len(p) - keep_logits for p in prompts]
+        found = [cache.match(p, m) for p, m in zip(prompts, most, strict=True)]
+        missing = [i for i, f in enumerate(found) if f is None]
+        common = cache.shared([prompts[i] for i in missing])
+        fresh = (
+            common is not None
+            and len(common) <= cache.tokens
+            and all(len(common) <= most[i] for i in missing)
+        )
         if fresh:
-            found = cache.shared(prompts)
-        shortest = min(len(p) for p in prompts)
-        if found is None or keep_logits > shortest - len(found):
-            return None
-        if fresh:
-            cache.put(found, run_prefix(weights.model, found))
-            self.prefill_tokens += len(found)
-        else:
-            cache.hits += 1
-            cache.saved_tokens += len(found) * len(prompts)
-        return found, cache.get(found)
+            assert common is not None
+            cache.put(common, run_prefix(weights.model, common))
+            self.prefill_tokens += len(common)
+            for i in missing:
+                found[i] = (common, len(common))
+        views: dict[tuple[tuple[int, ...], int], Layers] = {}  # one object per start
+        starts: list[tuple[int, Layers | None]] = []
+        computed = set(missing) if fresh else set()
+        for i, f in enumerate(found):
+            if f is None or f[0] not in cache:  # gone: the common one took its room
+                starts.append((0, None))
+                continue
+            starts.append((f[1], views.setdefault(f, cache.layers(*f))))
+            if i not in computed:
+                cache.hits += 1
+                cache.saved_tokens += f[1]
+        return starts
 
     def _prompt_logprobs(self, job: Job, logits: torch.Tensor) -> None:
         """SGLang's input log-probs from logprob_start_len: the first entry is always None."""
@@ -326,12 +346,15 @@ class Engine:
                 return
         self.widest = max(self.widest, group.rows.size)
         logits = batch.decode(group.weights.model, group.rows)
-        staying = self._advance(group.jobs, group.rows, logits)
+        staying = self._advance(group.jobs, group.rows, logits, group.weights)
         group.rows = batch.keep(group.rows, staying)
         group.jobs = [group.jobs[i] for i in staying]
 
-    def _advance(self, jobs: list[Job], rows: Rows, logits: torch.Tensor) -> list[int]:
-        """Choose each row's next token; emit it; the indices of rows that go on.
+    def _advance(
+        self, jobs: list[Job], rows: Rows, logits: torch.Tensor, weights: Weights
+    ) -> list[int]:
+        """Choose each row's next token; emit it; the indices of rows that go on (a row
+        that ends has its sequence kept for the requests that start with it).
 
         A row with a grammar has its logits masked first, so its reported log-probs are
         those of the masked distribution, as SGLang reports them; other rows are untouched.
@@ -373,8 +396,22 @@ class Engine:
                         choice.top,
                     )
                 )
+                self._keep_finished(job, rows, i, weights)
                 self._finish(job, finish)
         return staying
+
+    def _keep_finished(self, job: Job, rows: Rows, row: int, weights: Weights) -> None:
+        """Keep the keys and values of a finished row: its prompt and what it generated,
+        less the last token (chosen, never fed)."""
+        tokens = (*job.request.prompt_ids, *job.output_ids[:-1])
+        cached = int(rows.mask[row].sum())
+        if cached != len(tokens):  # not the row it seems: keep nothing rather than garbage
+            log.warning("row %d holds %d tokens, its request %d; not kept", row, cached,
+                        len(tokens))  # fmt: skip
+            return
+        cache = self.prefixes
+        if cache.tokens and len(tokens) >= cache.min_prefix and tokens not in cache:
+            cache.keep_finished(weights, tokens, row_layers(rows.cache, rows.mask, row))
 
     def _banned(self, job: Job) -> set[int]:
         s = job.request.sampling

@@ -45,6 +45,7 @@ def open_state(
         max_queued=settings.max_queued_requests,
         admit_wait_s=settings.admit_wait_ms / 1000,
         original_logprobs=settings.return_original_logprob,
+        kept_tokens=settings.prefix_cache_tokens,
     )
     engine.start()
     name = settings.served_model_name or (

@@ -410,31 +410,71 @@ def test_an_idle_engine_waits_a_moment_for_requests_sent_together(
 
 
 def test_prompts_sharing_a_long_prefix_prefill_it_once_and_answer_as_alone(
-    server: tuple[str, ServerState],
+    server: tuple[str, ServerState], policies: tuple[Path, Path]
 ) -> None:
     """A batch whose prompts share 40 tokens runs those once and keeps them; a later batch
     starting with them reuses them; greedy answers and their log-probs are those of each
-    prompt prefilled whole, alone."""
+    prompt on a server that keeps nothing."""
     url, state = server
     shared = [5 + (i * 7) % 40 for i in range(40)]
     prompts = [[*shared, 12 + i, *[9, 10, 11][: 1 + i % 3]] for i in range(4)]
     plain = {"temperature": 0, "max_new_tokens": 8}
-    alone = [generate(url, p, sampling_params=plain) for p in prompts]  # one at a time
-    assert state.engine.load()["prefix_hits"] == 0
-    before = state.engine.load()["prefill_tokens"]
+    with embedded_server(policies[0], context_length=256, prefix_cache_tokens=0) as (bare, nil):
+        alone = [generate(bare, p, sampling_params=plain) for p in prompts]  # one at a time
+        assert nil.engine.load()["prefix_hits"] == nil.engine.load()["prefix_tokens_kept"] == 0
     status, together = post(url + "/generate", {"input_ids": prompts, "sampling_params": plain,
                                                 "return_logprob": True})  # fmt: skip
     assert status == 200
+    load = state.engine.load()
     suffixes = sum(len(p) - len(shared) for p in prompts)
-    assert state.engine.load()["prefill_tokens"] - before == len(shared) + suffixes
+    assert load["prefill_tokens"] == len(shared) + suffixes and load["prefix_hits"] == 0
+    assert load["finished_kept"] == 4  # each prompt and its answer, for a next turn
     status, again = post(url + "/generate", {"input_ids": prompts[1:], "sampling_params": plain,
                                              "return_logprob": True})  # fmt: skip
     load = state.engine.load()
-    assert status == 200 and load["prefix_hits"] == 1
-    assert load["prefix_tokens_saved"] == 3 * len(shared)
+    assert status == 200 and load["prefix_hits"] == 3
+    # each prompt was kept whole with its answer: all of it but the last token is reused
+    assert load["prefix_tokens_saved"] == sum(len(p) - 1 for p in prompts[1:])
     for one, batched in zip(alone, together, strict=True):
         assert batched["output_ids"] == one["output_ids"]
         got = [e[0] for e in batched["meta_info"]["output_token_logprobs"]]
         want = [e[0] for e in one["meta_info"]["output_token_logprobs"]]
         assert got == pytest.approx(want, abs=1e-4)
     assert [a["output_ids"] for a in again] == [a["output_ids"] for a in alone[1:]]
+
+
+def test_a_sessions_next_turn_starts_from_its_last_prompt_and_answer(
+    server: tuple[str, ServerState], policies: tuple[Path, Path]
+) -> None:
+    """Two sessions' second turns (their first prompt, its answer, a reply) and a new
+    prompt in one batch: each turn prefills only what follows its kept prompt and answer
+    (rows with starts of different lengths, and one with none), and answers as a server
+    that keeps nothing does; after a weight push nothing kept is used."""
+    url, state = server
+    plain = {"temperature": 0, "max_new_tokens": 6}
+    firsts = [[7 + (i * 5) % 31 for i in range(20 + 9 * s)] for s in range(2)]
+    answers = [generate(url, p, sampling_params=plain)["output_ids"] for p in firsts]
+    turns = [[*p, *a, 3, 4 + s] for s, (p, a) in enumerate(zip(firsts, answers, strict=True))]
+    batch = [*turns, [60, 61, 62, 63]]
+    with embedded_server(policies[0], context_length=256, prefix_cache_tokens=0) as (bare, _s):
+        alone = [generate(bare, p, sampling_params=plain) for p in batch]
+    before = state.engine.load()
+    status, together = post(url + "/generate", {"input_ids": batch, "sampling_params": plain,
+                                                "return_logprob": True})  # fmt: skip
+    after = state.engine.load()
+    assert status == 200
+    assert after["prefix_hits"] - before["prefix_hits"] == 2
+    # kept: each first prompt and its answer but the answer's last token (never fed)
+    reused = sum(len(p) + len(a) - 1 for p, a in zip(firsts, answers, strict=True))
+    assert after["prefix_tokens_saved"] - before["prefix_tokens_saved"] == reused
+    assert after["prefill_tokens"] - before["prefill_tokens"] == sum(map(len, batch)) - reused
+    for one, batched in zip(alone, together, strict=True):
+        assert batched["output_ids"] == one["output_ids"]
+        got = [e[0] for e in batched["meta_info"]["output_token_logprobs"]]
+        want = [e[0] for e in one["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(want, abs=1e-4)
+    status, _ = post(url + "/update_weights_from_disk", {"model_path": str(policies[1])})
+    assert status == 200
+    hits = state.engine.load()["prefix_hits"]
+    generate(url, turns[0], sampling_params=plain)
+    assert state.engine.load()["prefix_hits"] == hits  # the new weights' keys differ
