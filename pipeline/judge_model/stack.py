@@ -26,48 +26,14 @@ from typing import Any
 import torch
 
 from pipeline.errors import TurnstreamError
-from pipeline.models.decoder import run_decoder_layers
-
-
-class PrefixKV:
-    """The shared prefix's keys and values per layer, put in front of a suffix's own.
-
-    Recording (the prefix's pass), ``update`` keeps each layer's keys and values;
-    reading (a suffix's pass), it returns them expanded to the suffix's batch and
-    joined with the suffix's. Written and read by one thread, in one forward pass.
-    """
-
-    def __init__(self) -> None:
-        self.keys: dict[int, torch.Tensor] = {}
-        self.values: dict[int, torch.Tensor] = {}
-        self.recording = True
-
-    def update(
-        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_: Any, **__: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.recording:
-            self.keys[layer_idx], self.values[layer_idx] = key, value
-            return key, value
-        batch = key.shape[0]
-        k = self.keys[layer_idx].expand(batch, -1, -1, -1)
-        v = self.values[layer_idx].expand(batch, -1, -1, -1)
-        return torch.cat([k, key], dim=2), torch.cat([v, value], dim=2)
-
-
-def causal_mask(length: int, start: int) -> torch.Tensor:
-    """[1, 1, length, start + length] bool: a suffix token sees the prefix and what precedes it."""
-    rows = torch.arange(length)[:, None]
-    cols = torch.arange(start + length)[None, :]
-    return (cols < start + rows + 1)[None, None]
+from pipeline.models.decoder import PrefixKV, run_after_prefix, run_decoder_layers
 
 
 def run_layers(
     model: Any, layers: Sequence[torch.nn.Module], hidden: torch.Tensor, start: int, kv: PrefixKV
 ) -> torch.Tensor:
     """``hidden`` [B, S, D] at positions start.., through ``layers``, after ``kv``'s prefix."""
-    positions = torch.arange(start, start + hidden.shape[1])[None]
-    mask = causal_mask(hidden.shape[1], start)
-    return run_decoder_layers(model.model.rotary_emb, layers, hidden, positions, mask, kv)
+    return run_after_prefix(model.model.rotary_emb, layers, hidden, start, kv)
 
 
 def packed_mask(lengths: Sequence[int], start: int) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """A causal LM's decoder layers run by hand, from a hidden state, as its own forward runs them.
 
 The judge's training runs its trained layers over a shared prefix and packed
-suffixes (:mod:`pipeline.judge_model.stack`); the trainer runs a frozen copy of
-the policy's top layers from the hidden state the policy computed below them
-(:mod:`pipeline.training.reference`). Both call transformers' decoder layers
+suffixes (:mod:`pipeline.judge_model.stack`); the trainer runs the policy's top
+layers, and a frozen copy of them, from the hidden state the policy computed
+below them (:mod:`pipeline.training.top_layers`, :mod:`pipeline.training.reference`),
+the prefix its rows share once (:class:`Prefixed`). Both call transformers' decoder layers
 (Llama and Qwen2 architectures: ``model.model.layers``, ``rotary_emb``, ``norm``)
 the way the library's own ``forward`` does. That is its internal calling
 convention, so the versions it was tested with are checked
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,6 +76,83 @@ def run_padded_rows(
     positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
     mask = padded_causal_mask(config, hidden, attention_mask, positions)
     return run_decoder_layers(rotary, layers, hidden, positions, mask)
+
+
+class PrefixKV:
+    """The shared prefix's keys and values per layer, put in front of a suffix's own.
+
+    Recording (the prefix's pass), ``update`` keeps each layer's keys and values;
+    reading (a suffix's pass), it returns them expanded to the suffix's batch and
+    joined with the suffix's. Written and read by one thread, in one forward pass.
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+        self.recording = True
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_: Any, **__: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.recording:
+            self.keys[layer_idx], self.values[layer_idx] = key, value
+            return key, value
+        batch = key.shape[0]
+        k = self.keys[layer_idx].expand(batch, -1, -1, -1)
+        v = self.values[layer_idx].expand(batch, -1, -1, -1)
+        return torch.cat([k, key], dim=2), torch.cat([v, value], dim=2)
+
+
+def causal_mask(length: int, start: int, device: Any = None) -> torch.Tensor:
+    """[1, 1, length, start + length] bool: a suffix token sees the prefix and what precedes it."""
+    rows = torch.arange(length, device=device)[:, None]
+    cols = torch.arange(start + length, device=device)[None, :]
+    return (cols < start + rows + 1)[None, None]
+
+
+def run_after_prefix(
+    rotary: torch.nn.Module,
+    layers: Sequence[torch.nn.Module],
+    hidden: torch.Tensor,
+    start: int,
+    kv: PrefixKV,
+) -> torch.Tensor:
+    """``hidden`` [B, S, D] at positions start.., through ``layers``, after ``kv``'s prefix
+    (recording: ``hidden`` is the prefix, ``start`` 0). Right padding needs no mask of its
+    own: no token before it attends to it."""
+    positions = torch.arange(start, start + hidden.shape[1], device=hidden.device)[None]
+    mask = causal_mask(hidden.shape[1], start, hidden.device)
+    return run_decoder_layers(rotary, layers, hidden, positions, mask, kv)
+
+
+@dataclass
+class Prefixed:
+    """A hidden state of right-padded rows that share their first tokens, kept as the
+    shared prefix's once ([1, P, D]) and each row's rest ([B, L - P, D])."""
+
+    prefix: torch.Tensor
+    rows: torch.Tensor
+
+    @property
+    def start(self) -> int:
+        return int(self.prefix.shape[1])
+
+
+def run_prefixed(
+    rotary: torch.nn.Module, layers: Sequence[torch.nn.Module], states: Prefixed
+) -> Prefixed:
+    """``states`` through ``layers``: the prefix once, then the rows after its keys and
+    values, as a whole pass over the rows runs them (sdpa attention: a boolean mask)."""
+    kv = PrefixKV()
+    prefix = run_after_prefix(rotary, layers, states.prefix, 0, kv)
+    kv.recording = False
+    return Prefixed(prefix, run_after_prefix(rotary, layers, states.rows, states.start, kv))
+
+
+def can_share_prefix(config: Any) -> bool:
+    """Whether rows can be run after a shared prefix (:func:`run_prefixed`): its boolean
+    mask is sdpa's form, and one mask serves every layer."""
+    return getattr(config, "_attn_implementation", None) == "sdpa" and full_attention_only(config)
 
 
 def padded_causal_mask(

@@ -25,7 +25,7 @@ from pipeline.training import losses
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
 from pipeline.training.reference import build_reference
-from pipeline.training.top_layers import build_top_layers
+from pipeline.training.top_layers import Frozen, build_top_layers
 
 
 def setup_distributed() -> str:
@@ -175,7 +175,7 @@ class Before:
 
     old: torch.Tensor | None
     ref: torch.Tensor | None
-    hidden: torch.Tensor | None
+    hidden: Frozen | None
 
 
 @dataclass
@@ -389,7 +389,7 @@ class PolicyEngine:
         )
 
     def _train_logprobs(
-        self, mb: MicroBatch, hidden: torch.Tensor | None
+        self, mb: MicroBatch, hidden: Frozen | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The training pass's log-probs [B, L-1] and the logits from the first response
         position (:func:`token_logprobs`): the top layers only on ``hidden`` (the frozen
@@ -404,7 +404,7 @@ class PolicyEngine:
         mb: MicroBatch,
         old: torch.Tensor | None,
         ref: torch.Tensor | None,
-        hidden: torch.Tensor | None = None,
+        hidden: Frozen | None = None,
     ) -> dict[str, torch.Tensor]:
         """The loss of one micro-batch (policy loss, entropy, KL, top-K) and its parts, with
         the proximal log-probs as ``old``; ``old`` None: this pass's own, detached (the

@@ -20,15 +20,11 @@ from typing import Any, Protocol
 import torch
 
 from pipeline.errors import ConfigError
-from pipeline.models.decoder import (
-    check_transformers,
-    full_attention_only,
-    logits_from,
-    run_padded_rows,
-)
+from pipeline.models.decoder import check_transformers, full_attention_only, logits_from
 from pipeline.training.batch import MicroBatch
 from pipeline.training.config import TrainerConfig
 from pipeline.training.losses import window_logprobs
+from pipeline.training.top_layers import Frozen, top_output
 
 
 class Reference(Protocol):
@@ -39,7 +35,7 @@ class Reference(Protocol):
         """Which of the policy's hidden states it starts from (None: none, it runs whole)."""
         ...
 
-    def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None) -> torch.Tensor:
+    def logprobs(self, mb: MicroBatch, hidden: Frozen | None) -> torch.Tensor:
         """[B, L-1], from the first response position on (0 before it); ``hidden`` is the
         policy's hidden state number ``hidden_layer``."""
         ...
@@ -58,7 +54,7 @@ class FullReference:
         self.model = frozen_copy(model, device)
 
     @torch.no_grad()
-    def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None = None) -> torch.Tensor:
+    def logprobs(self, mb: MicroBatch, hidden: Frozen | None = None) -> torch.Tensor:
         start = mb.response_from
         _out, logits = logits_from(
             self.model, mb.input_ids, start, attention_mask=mb.attention_mask
@@ -94,13 +90,13 @@ class TopReference:
         self.head = model.get_output_embeddings()  # the policy's: frozen, so the initial one
 
     @torch.no_grad()
-    def logprobs(self, mb: MicroBatch, hidden: torch.Tensor | None) -> torch.Tensor:
+    def logprobs(self, mb: MicroBatch, hidden: Frozen | None) -> torch.Tensor:
         if hidden is None:
             raise ValueError("TopReference.logprobs needs the policy's hidden state")
-        out = run_padded_rows(self.config, self.rotary, self.layers, hidden, mb.attention_mask)
-        start = mb.response_from  # no head over the prompt (what the policy's pass does)
-        logits = self.head(self.norm(out[:, start:-1]))
-        return window_logprobs(logits, mb.input_ids, start)
+        # no head over the prompt (what the policy's pass does); a shared prefix run once
+        out = top_output(self.config, self.rotary, self.layers, hidden, mb)
+        logits = self.head(self.norm(out))
+        return window_logprobs(logits, mb.input_ids, mb.response_from)
 
 
 def build_reference(config: TrainerConfig, model: torch.nn.Module, device: str) -> Reference | None:

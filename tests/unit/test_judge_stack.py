@@ -6,13 +6,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from pipeline.judge_model.examples import shared_prefix
-from pipeline.judge_model.stack import (
-    Split,
-    answer_logits,
-    causal_mask,
-    frozen_states,
-    packed_mask,
-)
+from pipeline.judge_model.stack import Split, answer_logits, frozen_states, packed_mask
+from pipeline.models.decoder import causal_mask
 from tests.servers import tiny_llama_config
 
 
