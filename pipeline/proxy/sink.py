@@ -16,7 +16,9 @@ spool once Kafka is back and then *resumes* the sink with its producer.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -41,6 +43,7 @@ class Pending:
     key: bytes | None
     value: bytes
     attempts: int = 0
+    seq: int = 0  # the order it was offered in (a retry goes back in that order)
 
 
 class EventSink:
@@ -65,6 +68,7 @@ class EventSink:
         self._closing = False
         self._held: dict[int, tuple[Pending, threading.Timer]] = {}  # retries waiting
         self._thread: threading.Thread | None = None
+        self._offered = itertools.count()
         self.delivered = 0
         self.retried = 0
         self.spooled = 0
@@ -86,7 +90,7 @@ class EventSink:
                 metrics.SINK.labels("buffer_full").inc()
                 full = not self._closing
             else:
-                self._queue.append(Pending(topic, key, value))
+                self._queue.append(Pending(topic, key, value, seq=next(self._offered)))
                 metrics.BUFFERED.set(len(self._queue) + self._in_flight)
                 self._cv.notify()
                 return True
@@ -192,10 +196,17 @@ class EventSink:
                 closing = True
             else:
                 closing = False
-                self._queue.appendleft(item)
+                self._requeue(item)
                 self._cv.notify()
         if closing:
             self._spool(item, "proxy shutting down before a retry")
+
+    def _requeue(self, item: Pending) -> None:
+        """Put a retried event back before every event offered after it (call under the
+        lock). Events that failed together come back in the order they were offered, not
+        in the order their retries fell due: a session's turns stay in order."""
+        at = bisect.bisect_left([queued.seq for queued in self._queue], item.seq)
+        self._queue.insert(at, item)
 
     def _spool(self, item: Pending, reason: str) -> None:
         with self.spool.lock:  # one writer at a time, whole lines
@@ -257,7 +268,7 @@ class EventSink:
                 self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
         except KafkaError as exc:
             log.error("final flush to Kafka failed: %s", exc)
-        for item in left:
+        for item in sorted(left, key=lambda p: p.seq):  # retries first: offered earlier
             self._spool(item, "proxy shutting down")
         if self._thread is not None:
             self._thread.join(timeout=5)

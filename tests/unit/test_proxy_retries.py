@@ -82,3 +82,29 @@ def test_the_version_follower_tries_again_up_to_its_setting(
     assert versions._caught_up.is_set()  # start() does not wait for a topic it cannot read
     failures = [r for r in caplog.records if "retrying" in r.getMessage()]
     assert len(failures) == 3 and all(r.exc_info for r in failures)  # with their tracebacks
+
+
+def test_events_that_failed_together_are_retried_in_the_order_offered(tmp_path: Path) -> None:
+    """Two turns of one session fail together; each retry falls due on its own timer, the
+    first one's first: both go back before what came after them, in the order offered
+    (put back at the front one by one, the second turn went out first, and the pairing
+    stage dead-letters a turn that arrives after a later one of its session)."""
+    import time
+
+    from kafka.errors import KafkaTimeoutError
+
+    sink = EventSink(None, 10, RetryPolicy(3, 0.05, 1.0), tmp_path / "spool")
+    for value in (b"s1 turn 2", b"s1 turn 3", b"s2 turn 0"):
+        assert sink.offer("t.chat.turns", value.split()[0], value)
+    with sink._cv:  # what the sender does: both turns of s1 handed to the producer
+        sent = [sink._queue.popleft(), sink._queue.popleft()]
+        sink._in_flight += 2
+    for item in sent:  # their deliveries expire, the first first
+        item.attempts += 1
+        sink._failed(item, KafkaTimeoutError("Expiring 1 record(s)"))
+    deadline = time.monotonic() + 5
+    while sink._held:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert [p.value for p in sink._queue] == [b"s1 turn 2", b"s1 turn 3", b"s2 turn 0"]
+    assert sink.retried == 2 and sink.spooled == 0 and sink.depth == 3
