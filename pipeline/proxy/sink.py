@@ -205,7 +205,7 @@ class EventSink:
         """Put a retried event back before every event offered after it (call under the
         lock). Events that failed together come back in the order they were offered, not
         in the order their retries fell due: a session's turns stay in order."""
-        at = bisect.bisect_left([queued.seq for queued in self._queue], item.seq)
+        at = bisect.bisect_left(self._queue, item.seq, key=lambda queued: queued.seq)
         self._queue.insert(at, item)
 
     def _spool(self, item: Pending, reason: str) -> None:

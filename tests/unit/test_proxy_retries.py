@@ -1,12 +1,15 @@
 """How the proxy's background threads try again: the Kafka link and the version follower
-wait longer after each failure, up to their settings, and end their tries at a stop."""
+wait longer after each failure, up to their settings, and end their tries at a stop; the
+sink puts retried events back in the order they were offered."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from kafka.errors import KafkaTimeoutError
 
 from pipeline.backoff import RetryPolicy
 from pipeline.errors import BrokerError
@@ -89,10 +92,6 @@ def test_events_that_failed_together_are_retried_in_the_order_offered(tmp_path: 
     first one's first: both go back before what came after them, in the order offered
     (put back at the front one by one, the second turn went out first, and the pairing
     stage dead-letters a turn that arrives after a later one of its session)."""
-    import time
-
-    from kafka.errors import KafkaTimeoutError
-
     sink = EventSink(None, 10, RetryPolicy(3, 0.05, 1.0), tmp_path / "spool")
     for value in (b"s1 turn 2", b"s1 turn 3", b"s2 turn 0"):
         assert sink.offer("t.chat.turns", value.split()[0], value)
